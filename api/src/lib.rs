@@ -1,0 +1,5 @@
+//! Types shared by the csi-addons-rs operator, sidecar and reference driver: the custom resources of
+//! `csiaddons.openshift.io` and `replication.storage.openshift.io`, and the gRPC protocol code.
+
+pub mod proto;
+pub mod redact;

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Shared helpers for the hack/ scripts: where Go-built test peers are cached and how they are built.
+# Test peers are built from the Go module proxy into a cache outside the clone, keyed by version.
+
+CSI_ADDONS_CACHE="${CSI_ADDONS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/csi-addons-rs}"
+
+# Versions of every Go-built peer. Changing one rebuilds only that peer.
+ETCD_VERSION="${ETCD_VERSION:-v3.6.5}"
+KUBERNETES_VERSION="${KUBERNETES_VERSION:-v1.34.2}"
+
+log() { printf '[hack] %s\n' "$*" >&2; }
+
+# go_wrapper_build OUTDIR MODULE@VERSION [LDFLAGS] PACKAGE...
+# Builds PACKAGEs from a throwaway wrapper module (`go install MOD@VER` is refused by the proxy here:
+# it asks for the version list). Extra `go mod edit` arguments come from GO_MOD_EDITS (an array).
+go_wrapper_build() {
+  local outdir=$1 modver=$2 ldflags=$3; shift 3
+  local work
+  work=$(mktemp -d "${TMPDIR:-/tmp}/csi-addons-gobuild.XXXXXX")
+  # shellcheck disable=SC2064
+  trap "rm -rf '$work'" RETURN
+  (
+    set -euo pipefail
+    cd "$work"
+    go mod init local/peer >/dev/null 2>&1
+    for edit in "${GO_MOD_EDITS[@]:-}"; do
+      [ -n "$edit" ] && go mod edit "$edit"
+    done
+    go get "$modver" >&2
+    mkdir -p "$outdir.partial"
+    for pkg in "$@"; do
+      log "building $pkg ($modver)"
+      CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "$ldflags" -o "$outdir.partial/$(basename "$pkg")" "$pkg"
+    done
+  ) || { rm -rf "$outdir.partial"; return 1; }
+  rm -rf "$outdir"
+  mv "$outdir.partial" "$outdir"
+}

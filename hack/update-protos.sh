@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Fetches the .proto files this project speaks from the Go module proxy into api/proto/, with each
+# module's LICENSE and a VERSIONS note. The files are kept byte-for-byte as published; rerun this
+# script to change a version, never edit them by hand.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+# shellcheck source=lib.sh
+. "$here/lib.sh"
+
+CSI_SPEC="github.com/container-storage-interface/spec@v1.12.0"
+# The controller<->sidecar protocol: v0.14.0's services plus GetReplicationDestinationInfo.
+INTERNAL="github.com/csi-addons/kubernetes-csi-addons@v0.14.1-0.20260528060322-2ed0ef956bd4"
+# The CSI-Addons spec at the version the INTERNAL commit's go.mod pins.
+ADDONS_SPEC="github.com/csi-addons/spec@v0.2.1-0.20260515055340-d4a373713b9a"
+
+command -v go >/dev/null || { log "Go is needed to fetch the protos"; exit 1; }
+scratch=$(mktemp -d); trap 'rm -rf "$scratch"' EXIT
+module_dir() {
+  (cd "$scratch" && { [ -f go.mod ] || go mod init local/protos >/dev/null 2>&1; } \
+    && go mod download -json "$1" | sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')
+}
+
+csi=$(module_dir "$CSI_SPEC")
+internal=$(module_dir "$INTERNAL")
+spec=$(module_dir "$ADDONS_SPEC")
+pinned=$(sed -n 's#^\s*github.com/csi-addons/spec \(v[^ ]*\).*#\1#p' "$internal/go.mod" | head -n1)
+[ "github.com/csi-addons/spec@$pinned" = "$ADDONS_SPEC" ] || {
+  log "$INTERNAL pins github.com/csi-addons/spec@$pinned, this script says $ADDONS_SPEC"; exit 1; }
+
+out="$root/api/proto"
+rm -rf "$out"
+# csi.proto must sit at the path the CSI-Addons files import it by.
+csi_out="$out/github.com/container-storage-interface/spec/lib/go/csi"
+mkdir -p "$csi_out" "$out/csi-addons" "$out/internal"
+cp "$csi/csi.proto" "$csi/LICENSE" "$csi_out/"
+for svc in identity reclaimspace fence replication volumegroup encryptionkeyrotation; do
+  mkdir -p "$out/csi-addons/$svc"
+  cp "$spec/$svc/$svc.proto" "$out/csi-addons/$svc/"
+done
+cp "$spec/LICENSE" "$out/csi-addons/"
+cp "$internal"/internal/proto/*.proto "$out/internal/"
+cp "$internal/LICENSE" "$out/internal/"
+chmod -R u+w "$out"
+cat > "$out/VERSIONS" <<NOTE
+# Written by hack/update-protos.sh from the Go module proxy; do not edit the .proto files by hand.
+github.com/container-storage-interface/spec/lib/go/csi/  $CSI_SPEC  (csi.proto from the module root)
+csi-addons/                                              $ADDONS_SPEC
+internal/                                                $INTERNAL  (internal/proto)
+NOTE
+log "protos written to $out"
