@@ -1,5 +1,8 @@
 //! Types shared by the csi-addons-rs operator, sidecar and reference driver: the custom resources of
 //! `csiaddons.openshift.io` and `replication.storage.openshift.io`, and the gRPC protocol code.
 
+pub mod crds;
+pub mod csiaddons;
 pub mod proto;
 pub mod redact;
+pub mod replication;
