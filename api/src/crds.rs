@@ -94,3 +94,73 @@ fn tidy_schema(value: &mut Value) {
         _ => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    fn bases_dir() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../config/crd/bases")
+    }
+
+    #[test]
+    fn committed_crd_yaml_matches_the_types() {
+        let mut stale = Vec::new();
+        let mut expected_files = Vec::new();
+        for crd in all() {
+            let file = file_name(&crd);
+            let committed = std::fs::read_to_string(bases_dir().join(&file)).unwrap_or_default();
+            if committed != to_yaml(&crd).unwrap() {
+                stale.push(file.clone());
+            }
+            expected_files.push(file);
+        }
+        assert!(stale.is_empty(), "config/crd/bases is out of date for {stale:?}: run `make manifests` and commit");
+        let mut present: Vec<String> = std::fs::read_dir(bases_dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        present.sort();
+        expected_files.sort();
+        assert_eq!(present, expected_files, "config/crd/bases holds files no type generates");
+    }
+
+    #[test]
+    fn schemas_have_no_nullable_fields_and_enums_have_no_null() {
+        for crd in all() {
+            let yaml = to_yaml(&crd).unwrap();
+            assert!(!yaml.contains("nullable"), "{}", crd.spec.names.kind);
+            assert!(!yaml.contains("- null"), "{}", crd.spec.names.kind);
+            assert!(!yaml.contains(".0\n"), "{}: float bounds", crd.spec.names.kind);
+        }
+    }
+
+    #[test]
+    fn names_scopes_and_short_names_are_upstreams() {
+        let got: Vec<(String, String, Vec<String>)> = all()
+            .into_iter()
+            .map(|c| (c.metadata.name.unwrap(), c.spec.scope, c.spec.names.short_names.unwrap_or_default()))
+            .collect();
+        let expected = [
+            ("csiaddonsnodes.csiaddons.openshift.io", "Namespaced", vec![]),
+            ("encryptionkeyrotationcronjobs.csiaddons.openshift.io", "Namespaced", vec![]),
+            ("encryptionkeyrotationjobs.csiaddons.openshift.io", "Namespaced", vec![]),
+            ("networkfenceclasses.csiaddons.openshift.io", "Cluster", vec![]),
+            ("networkfences.csiaddons.openshift.io", "Cluster", vec![]),
+            ("reclaimspacecronjobs.csiaddons.openshift.io", "Namespaced", vec![]),
+            ("reclaimspacejobs.csiaddons.openshift.io", "Namespaced", vec![]),
+            ("volumegroupreplicationclasses.replication.storage.openshift.io", "Cluster", vec!["vgrc"]),
+            ("volumegroupreplicationcontents.replication.storage.openshift.io", "Cluster", vec!["vgrcontent"]),
+            ("volumegroupreplications.replication.storage.openshift.io", "Namespaced", vec!["vgr"]),
+            ("volumereplicationclasses.replication.storage.openshift.io", "Cluster", vec!["vrc"]),
+            ("volumereplications.replication.storage.openshift.io", "Namespaced", vec!["vr"]),
+        ];
+        let expected: Vec<(String, String, Vec<String>)> = expected
+            .into_iter()
+            .map(|(n, s, short)| (n.to_owned(), s.to_owned(), short.into_iter().map(str::to_owned).collect()))
+            .collect();
+        assert_eq!(got, expected);
+    }
+}

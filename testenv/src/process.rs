@@ -1,0 +1,91 @@
+//! Child processes that never outlive the test binary.
+//!
+//! Every process is spawned from one thread that lives as long as the test binary, with
+//! `PR_SET_PDEATHSIG`: when the binary ends in any way (done, panic, SIGINT, SIGKILL) the kernel
+//! kills the children. On a normal exit an `atexit` hook also stops them gracefully and removes the
+//! control plane's directory.
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
+use std::sync::mpsc::{Sender, channel};
+use std::sync::{Mutex, OnceLock};
+
+type SpawnRequest = (Command, Sender<std::io::Result<Child>>);
+
+fn spawner() -> &'static Mutex<Sender<SpawnRequest>> {
+    static SPAWNER: OnceLock<Mutex<Sender<SpawnRequest>>> = OnceLock::new();
+    SPAWNER.get_or_init(|| {
+        let (tx, rx) = channel::<SpawnRequest>();
+        // The thread ends only with the process: the sender lives in a static.
+        std::thread::Builder::new()
+            .name("testenv-spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in rx {
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .map(|_| ())
+            .unwrap_or_else(|e| eprintln!("testenv: cannot start the spawner thread: {e}"));
+        Mutex::new(tx)
+    })
+}
+
+/// Spawns `command` so that it dies with this process.
+pub fn spawn(mut command: Command) -> std::io::Result<Child> {
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let (tx, rx) = channel();
+    spawner()
+        .lock()
+        .map_err(|_| std::io::Error::other("spawner lock poisoned"))?
+        .send((command, tx))
+        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?;
+    rx.recv().map_err(|_| std::io::Error::other("the spawner thread is gone"))?
+}
+
+/// Stops a child: SIGTERM, up to `grace` to exit, then SIGKILL.
+pub fn stop(child: &mut Child, grace: std::time::Duration) {
+    if let Ok(pid) = i32::try_from(child.id()) {
+        // SAFETY: plain kill(2) on our own child's pid, which we have not reaped yet.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+    let deadline = std::time::Instant::now() + grace;
+    while std::time::Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Runs `hook` when the process exits normally (the test harness ends with `exit`).
+pub fn at_exit(hook: fn()) {
+    extern "C" fn run_hooks() {
+        if let Some(hooks) = HOOKS.get() {
+            if let Ok(hooks) = hooks.lock() {
+                hooks.iter().for_each(|h| h());
+            }
+        }
+    }
+    static HOOKS: OnceLock<Mutex<Vec<fn()>>> = OnceLock::new();
+    let mut first = false;
+    let hooks = HOOKS.get_or_init(|| {
+        first = true;
+        Mutex::new(Vec::new())
+    });
+    if let Ok(mut hooks) = hooks.lock() {
+        hooks.push(hook);
+    }
+    if first {
+        // SAFETY: registering a plain extern "C" fn with no captured state.
+        unsafe { libc::atexit(run_hooks) };
+    }
+}

@@ -1,0 +1,7 @@
+//! Integration suites on a real kube-apiserver + etcd (built by hack/control-plane.sh). One
+//! control plane for the whole binary; every test works in its own namespace.
+
+mod admission;
+mod crds;
+mod support;
+mod testenv_lifecycle;
