@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: all build test manifests check-manifests control-plane protos demo fmt clippy help
+.PHONY: all build test lint manifests check-manifests control-plane protos demo fmt clippy help
 
 all: build
 
@@ -33,5 +33,8 @@ demo: ## A local control plane with operator, sidecars and reference driver runn
 fmt: ## Format the code
 	$(CARGO) fmt --all
 
-clippy: ## Lint
+clippy: ## Lint with clippy (warnings are errors)
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+lint: clippy ## Check formatting and lint
+	$(CARGO) fmt --all --check

@@ -139,7 +139,13 @@ fn skip_block(tokens: &[String], open: usize) -> Result<usize, String> {
 }
 
 /// `tokens[at]` is `message`; returns the index after the message's closing brace.
-fn scan_message(tokens: &[String], at: usize, package: &str, parent: &str, out: &mut Vec<Message>) -> Result<usize, String> {
+fn scan_message(
+    tokens: &[String],
+    at: usize,
+    package: &str,
+    parent: &str,
+    out: &mut Vec<Message>,
+) -> Result<usize, String> {
     let simple = tokens.get(at + 1).ok_or("message without a name")?;
     let name = if parent.is_empty() { simple.clone() } else { format!("{parent}.{simple}") };
     if tokens.get(at + 2).map(String::as_str) != Some("{") {
@@ -164,7 +170,10 @@ fn scan_message(tokens: &[String], at: usize, package: &str, parent: &str, out: 
             _ => {
                 let end = end_of_statement(tokens, i)?;
                 let statement = &tokens[i..end];
-                let eq = statement.iter().position(|t| t == "=").ok_or_else(|| format!("message {name}: field without '='"))?;
+                let eq = statement
+                    .iter()
+                    .position(|t| t == "=")
+                    .ok_or_else(|| format!("message {name}: field without '='"))?;
                 let field = statement.get(eq.wrapping_sub(1)).ok_or("field without a name")?.clone();
                 let secret = statement.windows(3).any(is_secret_option);
                 fields.push(Field { name: field, secret });

@@ -164,3 +164,34 @@ mod tests {
         assert_eq!(got, expected);
     }
 }
+
+#[cfg(test)]
+mod project_file {
+    use std::path::PathBuf;
+
+    /// PROJECT (read by operator-sdk) lists every kind with the scope its CRD really has.
+    #[test]
+    fn project_file_lists_every_kind_with_its_scope() {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../PROJECT");
+        let project: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(project["version"], serde_yaml::Value::from("3"));
+        assert!(
+            project.get("layout").is_none(),
+            "a layout operator-sdk cannot resolve breaks every operator-sdk command"
+        );
+        let mut listed: Vec<(String, String, bool)> = project["resources"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let group = format!("{}.{}", r["group"].as_str().unwrap(), r["domain"].as_str().unwrap());
+                (group, r["kind"].as_str().unwrap().to_owned(), r["api"]["namespaced"].as_bool().unwrap())
+            })
+            .collect();
+        let mut expected: Vec<(String, String, bool)> =
+            super::all().into_iter().map(|c| (c.spec.group, c.spec.names.kind, c.spec.scope == "Namespaced")).collect();
+        listed.sort();
+        expected.sort();
+        assert_eq!(listed, expected);
+    }
+}

@@ -2,7 +2,9 @@
 //! certificate (group system:masters) and the service-account signing key.
 use std::path::{Path, PathBuf};
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+};
 
 use crate::Error;
 
@@ -29,13 +31,15 @@ pub fn write(dir: &Path) -> Result<Pki, Error> {
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(pki_err)?;
     ca_params.distinguished_name.push(DnType::CommonName, "csi-addons-testenv-ca");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    ca_params.key_usages =
+        vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
     let ca_cert = ca_params.self_signed(&ca_key).map_err(pki_err)?;
     let issuer = Issuer::new(ca_params, ca_key);
 
     let serving_key = KeyPair::generate().map_err(pki_err)?;
-    let mut serving = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "kubernetes".to_owned()])
-        .map_err(pki_err)?;
+    let mut serving =
+        CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "kubernetes".to_owned()])
+            .map_err(pki_err)?;
     serving.distinguished_name.push(DnType::CommonName, "kube-apiserver");
     serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     let serving_cert = serving.signed_by(&serving_key, &issuer).map_err(pki_err)?;

@@ -272,7 +272,8 @@ impl ControlPlane {
     async fn wait_ready(&self, client: &Client) -> Result<(), Error> {
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         loop {
-            let request = http::Request::get("/readyz").body(Vec::new()).map_err(|e| Error::Kubeconfig(e.to_string()))?;
+            let request =
+                http::Request::get("/readyz").body(Vec::new()).map_err(|e| Error::Kubeconfig(e.to_string()))?;
             let last_error = match client.request_text(request).await {
                 Ok(body) if body.trim() == "ok" => return Ok(()),
                 Ok(body) => body,
@@ -281,12 +282,15 @@ impl ControlPlane {
             let exited = {
                 let mut processes = self.lock();
                 let Processes { etcd, apiserver, .. } = &mut *processes;
-                [("etcd", etcd), ("kube-apiserver", apiserver)]
-                    .into_iter()
-                    .find_map(|(name, child)| child.as_mut().is_none_or(|c| !matches!(c.try_wait(), Ok(None))).then_some(name))
+                [("etcd", etcd), ("kube-apiserver", apiserver)].into_iter().find_map(|(name, child)| {
+                    child.as_mut().is_none_or(|c| !matches!(c.try_wait(), Ok(None))).then_some(name)
+                })
             };
             if let Some(name) = exited {
-                return Err(Error::NotReady { what: "the control plane", detail: format!("{name} exited: {}", log_tail(&self.dir, name)) });
+                return Err(Error::NotReady {
+                    what: "the control plane",
+                    detail: format!("{name} exited: {}", log_tail(&self.dir, name)),
+                });
             }
             if Instant::now() > deadline {
                 let detail = format!("{last_error}; kube-apiserver log: {}", log_tail(&self.dir, "kube-apiserver"));
@@ -404,4 +408,24 @@ fn log_tail(dir: &Path, name: &str) -> String {
     let text = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn base64_matches_rfc_4648_vectors() {
+        let vectors = [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ];
+        for (input, expected) in vectors {
+            assert_eq!(super::base64(input.as_bytes()), expected, "{input:?}");
+        }
+        assert_eq!(super::base64(&[0xfb, 0xff]), "+/8=");
+    }
 }

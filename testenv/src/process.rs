@@ -66,26 +66,17 @@ pub fn stop(child: &mut Child, grace: std::time::Duration) {
     let _ = child.wait();
 }
 
-/// Runs `hook` when the process exits normally (the test harness ends with `exit`).
+/// Runs `hook` when the process exits normally (the test harness ends with `exit`). Only the first
+/// hook registered is kept: the shared control plane is the only user.
 pub fn at_exit(hook: fn()) {
-    extern "C" fn run_hooks() {
-        if let Some(hooks) = HOOKS.get() {
-            if let Ok(hooks) = hooks.lock() {
-                hooks.iter().for_each(|h| h());
-            }
+    static HOOK: OnceLock<fn()> = OnceLock::new();
+    extern "C" fn run_hook() {
+        if let Some(hook) = HOOK.get() {
+            hook();
         }
     }
-    static HOOKS: OnceLock<Mutex<Vec<fn()>>> = OnceLock::new();
-    let mut first = false;
-    let hooks = HOOKS.get_or_init(|| {
-        first = true;
-        Mutex::new(Vec::new())
-    });
-    if let Ok(mut hooks) = hooks.lock() {
-        hooks.push(hook);
-    }
-    if first {
-        // SAFETY: registering a plain extern "C" fn with no captured state.
-        unsafe { libc::atexit(run_hooks) };
+    if HOOK.set(hook).is_ok() {
+        // SAFETY: registers a plain extern "C" fn that captures nothing.
+        unsafe { libc::atexit(run_hook) };
     }
 }

@@ -23,7 +23,12 @@ async fn every_crd_is_established_and_served() {
             conditions.iter().any(|c| c.type_ == "Established" && c.status == "True"),
             "{name} not Established: {conditions:?}"
         );
-        assert!(live.spec.versions.iter().all(|v| v.served && v.storage && v.subresources.as_ref().is_some_and(|s| s.status.is_some())));
+        assert!(
+            live.spec
+                .versions
+                .iter()
+                .all(|v| v.served && v.storage && v.subresources.as_ref().is_some_and(|s| s.status.is_some()))
+        );
     }
 }
 
@@ -81,13 +86,15 @@ async fn table(client: &kube::Client, kind: &str, ns: &str, name: &str) -> Value
     serde_json::from_str(&client.request_text(request).await.unwrap()).unwrap()
 }
 
+/// kind, spec, the columns upstream shows (after Name), and (column, cell) pairs to check.
+type ColumnCase = (&'static str, Value, Vec<&'static str>, Vec<(&'static str, Value)>);
+
 #[tokio::test]
 async fn printer_columns_appear_in_the_servers_table_output() {
     let cp = testenv::shared();
     let client = cp.client().await.unwrap();
     let ns = cp.namespace(&client, "columns").await.unwrap();
-    // kind, spec, the columns upstream shows (after Name), and (column, cell) pairs to check.
-    let cases: Vec<(&str, Value, Vec<&str>, Vec<(&str, Value)>)> = vec![
+    let cases: Vec<ColumnCase> = vec![
         (
             "CSIAddonsNode",
             json!({"driver": {"name": "hostpath.csi.k8s.io", "endpoint": "pod://p.ns:9070", "nodeID": "node-1"}}),
@@ -129,7 +136,11 @@ async fn printer_columns_appear_in_the_servers_table_output() {
             "VolumeReplication",
             json!({"volumeReplicationClass": "vrc", "replicationState": "primary", "dataSource": {"kind": "PersistentVolumeClaim", "name": "pvc-1"}}),
             vec!["Age", "volumeReplicationClass", "SourceKind", "SourceName", "desiredState", "currentState"],
-            vec![("SourceKind", json!("PersistentVolumeClaim")), ("SourceName", json!("pvc-1")), ("desiredState", json!("primary"))],
+            vec![
+                ("SourceKind", json!("PersistentVolumeClaim")),
+                ("SourceName", json!("pvc-1")),
+                ("desiredState", json!("primary")),
+            ],
         ),
         (
             "VolumeReplicationClass",
@@ -141,7 +152,11 @@ async fn printer_columns_appear_in_the_servers_table_output() {
             "VolumeGroupReplication",
             json!({"volumeGroupReplicationClassName": "vgrc", "volumeGroupReplicationContentName": "content-1", "replicationState": "secondary", "source": {"selector": {"matchLabels": {"a": "b"}}}}),
             vec!["VolumeGroupReplicationClass", "VolumeGroupReplicationContent", "desiredState", "currentState", "Age"],
-            vec![("VolumeGroupReplicationClass", json!("vgrc")), ("VolumeGroupReplicationContent", json!("content-1")), ("desiredState", json!("secondary"))],
+            vec![
+                ("VolumeGroupReplicationClass", json!("vgrc")),
+                ("VolumeGroupReplicationContent", json!("content-1")),
+                ("desiredState", json!("secondary")),
+            ],
         ),
         (
             "VolumeGroupReplicationClass",
@@ -161,7 +176,8 @@ async fn printer_columns_appear_in_the_servers_table_output() {
         let name = unique("columns");
         dynamic_api(&client, kind, &ns).create(&PostParams::default(), &object(kind, &name, spec)).await.unwrap();
         let table = table(&client, kind, &ns, &name).await;
-        let names: Vec<&str> = table["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+        let names: Vec<&str> =
+            table["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
         let mut expected = vec!["Name"];
         expected.extend(&columns);
         assert_eq!(names, expected, "{kind} columns");
@@ -187,22 +203,27 @@ async fn cron_job_template_labels_and_annotations_survive_strict_validation() {
                 "metadata": {"name": name},
                 "spec": {"schedule": "@daily", "jobTemplate": {"metadata": metadata, "spec": {"target": {"persistentVolumeClaim": "pvc-1"}}}},
             });
-            http::Request::post(format!("/apis/csiaddons.openshift.io/v1alpha1/namespaces/{ns}/{plural}?fieldValidation=Strict"))
-                .header("Content-Type", "application/json")
-                .body(serde_json::to_vec(&body).unwrap())
-                .unwrap()
+            http::Request::post(format!(
+                "/apis/csiaddons.openshift.io/v1alpha1/namespaces/{ns}/{plural}?fieldValidation=Strict"
+            ))
+            .header("Content-Type", "application/json")
+            .body(serde_json::to_vec(&body).unwrap())
+            .unwrap()
         };
         // Strict validation is really on: an unknown field in the template's metadata fails.
         let rejected = client.request_text(post("unknown-field", json!({"bogus": "x"}))).await;
         match rejected {
             Err(kube::Error::Api(s)) => assert!(
-                s.message.contains("strict decoding error") && s.message.contains("unknown field \"spec.jobTemplate.metadata.bogus\""),
-                "{kind}: {}", s.message
+                s.message.contains("strict decoding error")
+                    && s.message.contains("unknown field \"spec.jobTemplate.metadata.bogus\""),
+                "{kind}: {}",
+                s.message
             ),
             other => panic!("{kind}: an unknown field was accepted under Strict: {other:?}"),
         }
         let metadata = json!({"labels": {"team": "storage"}, "annotations": {"example.com/owner": "ops"}});
-        let created: Value = serde_json::from_str(&client.request_text(post("with-labels", metadata.clone())).await.unwrap()).unwrap();
+        let created: Value =
+            serde_json::from_str(&client.request_text(post("with-labels", metadata.clone())).await.unwrap()).unwrap();
         assert_eq!(created["spec"]["jobTemplate"]["metadata"], metadata, "{kind}: create response");
         let stored = dynamic_api(&client, kind, &ns).get("with-labels").await.unwrap();
         assert_eq!(stored.data["spec"]["jobTemplate"]["metadata"], metadata, "{kind}: stored object");

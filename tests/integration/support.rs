@@ -6,10 +6,7 @@ use serde_json::Value;
 
 /// The CRD of `kind`, as the project generates it.
 pub fn crd(kind: &str) -> CustomResourceDefinition {
-    api::crds::all()
-        .into_iter()
-        .find(|c| c.spec.names.kind == kind)
-        .unwrap_or_else(|| panic!("no CRD for kind {kind}"))
+    api::crds::all().into_iter().find(|c| c.spec.names.kind == kind).unwrap_or_else(|| panic!("no CRD for kind {kind}"))
 }
 
 pub fn is_namespaced(kind: &str) -> bool {

@@ -37,9 +37,6 @@ fn service_names_on_the_wire_are_upstreams() {
     use tonic::server::NamedService;
     type Internal<T> = internal::reclaim_space_server::ReclaimSpaceServer<T>;
     assert_eq!(<Internal<()> as NamedService>::NAME, "proto.ReclaimSpace");
-    assert_eq!(
-        <identity::identity_server::IdentityServer<()> as NamedService>::NAME,
-        "identity.Identity"
-    );
+    assert_eq!(<identity::identity_server::IdentityServer<()> as NamedService>::NAME, "identity.Identity");
     assert_eq!(<csi::v1::controller_server::ControllerServer<()> as NamedService>::NAME, "csi.v1.Controller");
 }

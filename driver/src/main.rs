@@ -1,0 +1,5 @@
+use clap::Parser;
+
+fn main() -> anyhow::Result<()> {
+    reference_driver::run(reference_driver::Cli::parse())
+}
