@@ -29,7 +29,7 @@ if [ ! -x "$etcd_dir/v3" ]; then
 fi
 
 if [ ! -x "$kube_dir/kube-apiserver" ] || [ ! -x "$kube_dir/kube-controller-manager" ] || [ ! -x "$kube_dir/kubectl" ]; then
-  log "building Kubernetes $KUBERNETES_VERSION into $kube_dir (about 6 minutes, once)"
+  log "building Kubernetes $KUBERNETES_VERSION into $kube_dir (about 8 minutes on 2 cores, once)"
   staging="v0.${KUBERNETES_VERSION#v1.}"
   minor="${KUBERNETES_VERSION#v1.}"; minor="${minor%%.*}"
   # The staging modules are nested modules absent from the k8s.io/kubernetes zip: replace each with

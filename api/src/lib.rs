@@ -1,6 +1,8 @@
 //! Types shared by the csi-addons-rs operator, sidecar and reference driver: the custom resources of
 //! `csiaddons.openshift.io` and `replication.storage.openshift.io`, and the gRPC protocol code.
 
+#![forbid(unsafe_code)]
+
 pub mod crds;
 pub mod csiaddons;
 pub mod proto;

@@ -1,5 +1,7 @@
 //! Version information shared by every binary of the project.
 
+#![forbid(unsafe_code)]
+
 /// The workspace version, e.g. `0.1.0`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 

@@ -1,6 +1,8 @@
 //! A reference CSI driver with every CSI-Addons service, so the whole system runs and is tested on
 //! one machine without external storage.
 
+#![forbid(unsafe_code)]
+
 use clap::Parser;
 
 /// Command line of `reference-driver`.

@@ -1,5 +1,7 @@
 //! `csi-addons-manager`: the controllers for the CSI-Addons custom resources.
 
+#![forbid(unsafe_code)]
+
 use clap::Parser;
 
 /// Command line of `csi-addons-manager`.

@@ -1,6 +1,8 @@
 //! `csi-addons-sidecar`, the container beside every CSI driver, and `csi-addons`, the CLI that
 //! calls a driver's CSI-Addons socket directly.
 
+#![forbid(unsafe_code)]
+
 use clap::Parser;
 
 /// Command line of `csi-addons-sidecar`.

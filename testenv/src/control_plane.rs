@@ -340,6 +340,7 @@ fn admin_kubeconfig(server_url: &str, pki: &certs::Pki) -> Kubeconfig {
         "current-context": "testenv",
     });
     // The literal above has the shape of a kubeconfig; a failure here is a bug in this file.
+    #[allow(clippy::expect_used)]
     serde_json::from_value(yaml).expect("the admin kubeconfig literal is a valid Kubeconfig")
 }
 

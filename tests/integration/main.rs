@@ -4,4 +4,6 @@
 mod admission;
 mod crds;
 mod support;
+mod testenv_features;
 mod testenv_lifecycle;
+mod upstream_parity;
