@@ -18,6 +18,11 @@ fi
 
 command -v go >/dev/null || { log "Go is needed to build the test control plane (https://go.dev/dl)"; exit 1; }
 
+mkdir -p "$CSI_ADDONS_CACHE"
+# One build at a time: several test binaries may ask for the binaries at once.
+exec 9>"$CSI_ADDONS_CACHE/.control-plane.lock"
+flock 9
+
 etcd_dir="$CSI_ADDONS_CACHE/etcd-$ETCD_VERSION"
 kube_dir="$CSI_ADDONS_CACHE/kubernetes-$KUBERNETES_VERSION"
 assets="$CSI_ADDONS_CACHE/assets-kubernetes-$KUBERNETES_VERSION-etcd-$ETCD_VERSION"
