@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: all build test lint manifests check-manifests control-plane protos demo fmt clippy help
+.PHONY: all build test test-peers lint manifests check-manifests control-plane protos demo fmt clippy help
 
 all: build
 
@@ -12,14 +12,19 @@ help: ## List the targets
 build: ## Build every crate (debug)
 	$(CARGO) build --workspace --locked
 
-test: control-plane ## Run every test: unit tests, then the suites on a real kube-apiserver + etcd
-	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" $(CARGO) test --workspace --locked
+test: control-plane test-peers ## Run every test: unit tests, then the suites on a real kube-apiserver + etcd
+	# The suites run the project's binaries as real processes: build them first.
+	$(CARGO) build --workspace --bins --locked
+	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" CSI_SANITY="$$(hack/csi-sanity.sh)" $(CARGO) test --workspace --locked
 
 manifests: ## Regenerate config/crd/bases from the Rust types
 	$(CARGO) run -q --locked -p api --bin crdgen -- --dir config/crd/bases
 
 check-manifests: ## Fail if config/crd/bases differs from what the Rust types generate
 	$(CARGO) run -q --locked -p api --bin crdgen -- --dir config/crd/bases --check
+
+test-peers: ## Build (once, cached outside the clone) csi-sanity
+	@hack/csi-sanity.sh >/dev/null
 
 control-plane: ## Build (once, cached outside the clone) etcd, kube-apiserver, kube-controller-manager, kubectl
 	@hack/control-plane.sh >/dev/null

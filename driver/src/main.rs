@@ -1,5 +1,16 @@
 use clap::Parser;
 
-fn main() -> anyhow::Result<()> {
-    reference_driver::run(reference_driver::Cli::parse())
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = reference_driver::Cli::parse();
+    let builder = tracing_subscriber::fmt().with_env_filter(
+        tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+    );
+    if cli.log_json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+    reference_driver::run(cli).await
 }

@@ -3,6 +3,7 @@
 
 mod admission;
 mod crds;
+mod driver_sanity;
 mod support;
 mod testenv_features;
 mod testenv_lifecycle;

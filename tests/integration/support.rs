@@ -50,3 +50,41 @@ pub fn invalid_message<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> Re
         other => Err(format!("expected 422 Invalid, got {other:?}")),
     }
 }
+
+/// A binary of this workspace (built by `make test` before the suites run), next to this test
+/// binary's `deps/` directory.
+pub fn workspace_binary(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(std::path::Path::parent).unwrap();
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build it first (`cargo build --workspace --bins`, as `make test` does)",
+        path.display()
+    );
+    path
+}
+
+/// A Go-built test peer: `$ENV` if set, else what `hack/<script>` builds and prints.
+pub fn test_peer(env: &str, script: &str) -> std::path::PathBuf {
+    if let Some(path) = std::env::var_os(env).filter(|p| !p.is_empty()) {
+        return path.into();
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../hack").join(script);
+    let out = std::process::Command::new("bash").arg(&script).stderr(std::process::Stdio::inherit()).output().unwrap();
+    assert!(out.status.success(), "{} failed", script.display());
+    String::from_utf8(out.stdout).unwrap().trim().into()
+}
+
+/// A gRPC channel over the Unix socket of `endpoint` (`unix:///path`).
+pub async fn unix_channel(endpoint: &str) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let path = std::path::PathBuf::from(endpoint.strip_prefix("unix://").unwrap());
+    tonic::transport::Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+            }
+        }))
+        .await
+}

@@ -1,0 +1,259 @@
+//! CSI Controller: volumes as sparse files under the state directory.
+use std::sync::Arc;
+
+use api::proto::csi::v1 as csi;
+use csi::controller_service_capability::rpc::Type as Rpc;
+use csi::volume_capability::AccessType as CapAccessType;
+use tonic::{Request, Response, Status};
+
+use crate::driver::Driver;
+use crate::state::{AccessType, Volume};
+use crate::volumes::{self, validate_id, validate_name};
+
+/// Size of a volume whose request names none.
+const DEFAULT_VOLUME_BYTES: i64 = 1 << 30;
+
+/// StorageClass parameters added by Kubernetes components rather than by users; accepted and ignored.
+const FOREIGN_PARAMETER_PREFIXES: &[&str] = &["csi.storage.k8s.io/"];
+
+pub struct Controller(pub Arc<Driver>);
+
+/// The one access type all capabilities ask for, or why they cannot be served.
+fn access_type(capabilities: &[csi::VolumeCapability]) -> Result<AccessType, Status> {
+    if capabilities.is_empty() {
+        return Err(Status::invalid_argument("volume_capabilities are required"));
+    }
+    let mut found = None;
+    for capability in capabilities {
+        if capability.access_mode.is_none() {
+            return Err(Status::invalid_argument("every volume capability needs an access_mode"));
+        }
+        let this = match capability.access_type {
+            Some(CapAccessType::Mount(_)) => AccessType::Mount,
+            Some(CapAccessType::Block(_)) => AccessType::Block,
+            None => {
+                return Err(Status::invalid_argument("every volume capability needs an access_type (mount or block)"));
+            }
+        };
+        if found.is_some_and(|f| f != this) {
+            return Err(Status::invalid_argument("a volume cannot be both mount and block"));
+        }
+        found = Some(this);
+    }
+    found.ok_or_else(|| Status::invalid_argument("volume_capabilities are required"))
+}
+
+/// The size to create: at least the required bytes (or the default), at most the limit.
+fn volume_bytes(range: Option<&csi::CapacityRange>) -> Result<i64, Status> {
+    let (required, limit) = range.map_or((0, 0), |r| (r.required_bytes, r.limit_bytes));
+    if required < 0 || limit < 0 {
+        return Err(Status::out_of_range("capacity_range bytes must not be negative"));
+    }
+    if limit > 0 && required > limit {
+        return Err(Status::out_of_range(format!("required_bytes {required} exceeds limit_bytes {limit}")));
+    }
+    let bytes = if required > 0 { required } else { DEFAULT_VOLUME_BYTES };
+    Ok(if limit > 0 { bytes.min(limit) } else { bytes })
+}
+
+fn check_parameters(parameters: &std::collections::HashMap<String, String>) -> Result<(), Status> {
+    let unknown: Vec<&String> =
+        parameters.keys().filter(|k| !FOREIGN_PARAMETER_PREFIXES.iter().any(|p| k.starts_with(p))).collect();
+    if unknown.is_empty() {
+        Ok(())
+    } else {
+        Err(Status::invalid_argument(format!("unknown StorageClass parameters: {unknown:?}")))
+    }
+}
+
+fn to_csi(volume: &Volume) -> csi::Volume {
+    csi::Volume { volume_id: volume.id.clone(), capacity_bytes: volume.capacity_bytes, ..Default::default() }
+}
+
+fn capability(rpc: Rpc) -> csi::ControllerServiceCapability {
+    csi::ControllerServiceCapability {
+        r#type: Some(csi::controller_service_capability::Type::Rpc(csi::controller_service_capability::Rpc {
+            r#type: rpc as i32,
+        })),
+    }
+}
+
+#[tonic::async_trait]
+impl csi::controller_server::Controller for Controller {
+    async fn create_volume(
+        &self,
+        request: Request<csi::CreateVolumeRequest>,
+    ) -> Result<Response<csi::CreateVolumeResponse>, Status> {
+        let request = request.into_inner();
+        validate_name("name", &request.name)?;
+        let access_type = access_type(&request.volume_capabilities)?;
+        let bytes = volume_bytes(request.capacity_range.as_ref())?;
+        check_parameters(&request.parameters)?;
+        if request.volume_content_source.is_some() {
+            return Err(Status::invalid_argument("creating a volume from a snapshot or volume is not supported yet"));
+        }
+        let new_id = volumes::new_id().map_err(|e| Status::internal(format!("generating a volume ID: {e}")))?;
+        let total = self.0.config.capacity_bytes;
+        let layout = self.0.layout.clone();
+        let volume = self
+            .0
+            .update(|state| {
+                if let Some(existing) = state.volume_by_name(&request.name) {
+                    let fits = existing.capacity_bytes >= bytes
+                        && request
+                            .capacity_range
+                            .as_ref()
+                            .is_none_or(|r| r.limit_bytes == 0 || existing.capacity_bytes <= r.limit_bytes);
+                    if !fits || existing.access_type != access_type {
+                        return Err(Status::already_exists(format!(
+                            "volume {:?} exists with {} bytes ({:?}), incompatible with this request",
+                            request.name, existing.capacity_bytes, existing.access_type
+                        )));
+                    }
+                    return Ok(existing.clone());
+                }
+                if state.allocated_bytes() + bytes > total {
+                    return Err(Status::resource_exhausted(format!(
+                        "{bytes} bytes requested, {} of {total} free",
+                        total - state.allocated_bytes()
+                    )));
+                }
+                let volume = Volume {
+                    id: new_id,
+                    name: request.name.clone(),
+                    capacity_bytes: bytes,
+                    access_type,
+                    parameters: request.parameters.clone().into_iter().collect(),
+                    content_source: None,
+                    published_nodes: Default::default(),
+                };
+                // The file first: state that names a volume always has its data.
+                layout
+                    .create_volume_file(&volume.id, bytes.unsigned_abs())
+                    .map_err(|e| Status::internal(format!("creating the volume's file: {e}")))?;
+                state.volumes.insert(volume.id.clone(), volume.clone());
+                Ok(volume)
+            })
+            .await?;
+        Ok(Response::new(csi::CreateVolumeResponse { volume: Some(to_csi(&volume)) }))
+    }
+
+    async fn delete_volume(
+        &self,
+        request: Request<csi::DeleteVolumeRequest>,
+    ) -> Result<Response<csi::DeleteVolumeResponse>, Status> {
+        let id = request.into_inner().volume_id;
+        if id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        if validate_id("volume_id", &id).is_err() {
+            // Not an ID this driver could have made: nothing to delete.
+            return Ok(Response::new(csi::DeleteVolumeResponse {}));
+        }
+        let layout = self.0.layout.clone();
+        self.0
+            .update(|state| {
+                layout
+                    .remove_volume_file(&id)
+                    .map_err(|e| Status::internal(format!("removing the volume's file: {e}")))?;
+                state.volumes.remove(&id);
+                Ok(())
+            })
+            .await?;
+        Ok(Response::new(csi::DeleteVolumeResponse {}))
+    }
+
+    async fn validate_volume_capabilities(
+        &self,
+        request: Request<csi::ValidateVolumeCapabilitiesRequest>,
+    ) -> Result<Response<csi::ValidateVolumeCapabilitiesResponse>, Status> {
+        let request = request.into_inner();
+        validate_id("volume_id", &request.volume_id)?;
+        let wanted = access_type(&request.volume_capabilities)?;
+        let state = self.0.snapshot().await;
+        let volume = state
+            .volumes
+            .get(&request.volume_id)
+            .ok_or_else(|| Status::not_found(format!("volume {} not found", request.volume_id)))?;
+        let confirmed = (volume.access_type == wanted).then(|| csi::validate_volume_capabilities_response::Confirmed {
+            volume_context: request.volume_context,
+            volume_capabilities: request.volume_capabilities,
+            parameters: request.parameters,
+            mutable_parameters: Default::default(),
+        });
+        let message = if confirmed.is_some() { String::new() } else { format!("volume is {:?}", volume.access_type) };
+        Ok(Response::new(csi::ValidateVolumeCapabilitiesResponse { confirmed, message }))
+    }
+
+    async fn list_volumes(
+        &self,
+        request: Request<csi::ListVolumesRequest>,
+    ) -> Result<Response<csi::ListVolumesResponse>, Status> {
+        let request = request.into_inner();
+        let start = if request.starting_token.is_empty() {
+            0
+        } else {
+            request
+                .starting_token
+                .parse::<usize>()
+                .map_err(|_| Status::aborted(format!("invalid starting_token {:?}", request.starting_token)))?
+        };
+        let state = self.0.snapshot().await;
+        if start > state.volumes.len() {
+            return Err(Status::aborted(format!("starting_token {start} is past the end")));
+        }
+        let max = usize::try_from(request.max_entries)
+            .map_err(|_| Status::invalid_argument("max_entries must not be negative"))?;
+        let take = if max == 0 { usize::MAX } else { max };
+        let entries: Vec<csi::list_volumes_response::Entry> = state
+            .volumes
+            .values()
+            .skip(start)
+            .take(take)
+            .map(|v| csi::list_volumes_response::Entry { volume: Some(to_csi(v)), status: None })
+            .collect();
+        let next = start + entries.len();
+        let next_token = if next < state.volumes.len() { next.to_string() } else { String::new() };
+        Ok(Response::new(csi::ListVolumesResponse { entries, next_token }))
+    }
+
+    async fn get_capacity(
+        &self,
+        _: Request<csi::GetCapacityRequest>,
+    ) -> Result<Response<csi::GetCapacityResponse>, Status> {
+        let allocated = self.0.snapshot().await.allocated_bytes();
+        let available = (self.0.config.capacity_bytes - allocated).max(0);
+        Ok(Response::new(csi::GetCapacityResponse { available_capacity: available, ..Default::default() }))
+    }
+
+    async fn controller_get_capabilities(
+        &self,
+        _: Request<csi::ControllerGetCapabilitiesRequest>,
+    ) -> Result<Response<csi::ControllerGetCapabilitiesResponse>, Status> {
+        let capabilities =
+            [Rpc::CreateDeleteVolume, Rpc::ListVolumes, Rpc::GetCapacity].into_iter().map(capability).collect();
+        Ok(Response::new(csi::ControllerGetCapabilitiesResponse { capabilities }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_honour_required_limit_and_default() {
+        let range = |required_bytes, limit_bytes| csi::CapacityRange { required_bytes, limit_bytes };
+        assert_eq!(volume_bytes(None).unwrap(), DEFAULT_VOLUME_BYTES);
+        assert_eq!(volume_bytes(Some(&range(10, 0))).unwrap(), 10);
+        assert_eq!(volume_bytes(Some(&range(0, 100))).unwrap(), 100);
+        assert_eq!(volume_bytes(Some(&range(200, 100))).unwrap_err().code(), tonic::Code::OutOfRange);
+        assert_eq!(volume_bytes(Some(&range(-1, 0))).unwrap_err().code(), tonic::Code::OutOfRange);
+    }
+
+    #[test]
+    fn parameters_from_kubernetes_components_are_accepted_unknown_ones_are_not() {
+        let params = |k: &str| std::collections::HashMap::from([(k.to_owned(), "x".to_owned())]);
+        check_parameters(&params("csi.storage.k8s.io/pvc/name")).unwrap();
+        assert_eq!(check_parameters(&params("replicas")).unwrap_err().code(), tonic::Code::InvalidArgument);
+    }
+}

@@ -1,0 +1,81 @@
+//! The state every service of the driver shares, and the one way to change it.
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::Mutex;
+use tonic::Status;
+
+use crate::state::{State, Store, StoreError};
+use crate::volumes::Layout;
+
+/// Which CSI services this process runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    Controller,
+    Node,
+    Both,
+}
+
+impl Mode {
+    pub fn controller(self) -> bool {
+        matches!(self, Mode::Controller | Mode::Both)
+    }
+    pub fn node(self) -> bool {
+        matches!(self, Mode::Node | Mode::Both)
+    }
+}
+
+/// Settings fixed at start.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The plugin name (reverse-domain form).
+    pub name: String,
+    pub node_id: String,
+    pub state_dir: PathBuf,
+    /// Total bytes volumes may take together.
+    pub capacity_bytes: i64,
+    pub mode: Mode,
+}
+
+/// The driver: configuration, state and where volume data lives.
+pub struct Driver {
+    pub config: Config,
+    pub layout: Layout,
+    store: Store,
+    state: Mutex<State>,
+}
+
+impl Driver {
+    /// Opens the state directory and loads what an earlier run saved.
+    pub fn open(config: Config) -> Result<Arc<Self>, StoreError> {
+        let store = Store::open(&config.state_dir)?;
+        let state = store.load()?;
+        Ok(Arc::new(Driver { layout: Layout::new(&config.state_dir), config, store, state: Mutex::new(state) }))
+    }
+
+    /// A copy of the current state, for reads.
+    pub async fn snapshot(&self) -> State {
+        self.state.lock().await.clone()
+    }
+
+    /// Re-reads the state from disk (another process, the controller, may have changed it) and
+    /// returns it.
+    pub async fn reload(&self) -> Result<State, StoreError> {
+        let mut state = self.state.lock().await;
+        *state = self.store.load()?;
+        Ok(state.clone())
+    }
+
+    /// Applies `change` to a copy of the state and saves it; the change takes effect only once it
+    /// is on disk, so a failed save (or an error from `change`) leaves nothing half-done.
+    pub async fn update<R>(&self, change: impl FnOnce(&mut State) -> Result<R, Status>) -> Result<R, Status> {
+        let mut state = self.state.lock().await;
+        let mut next = state.clone();
+        let result = change(&mut next)?;
+        if next != *state {
+            self.store.save(&next).map_err(|e| Status::internal(format!("saving driver state: {e}")))?;
+            *state = next;
+        }
+        Ok(result)
+    }
+}

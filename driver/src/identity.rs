@@ -1,0 +1,40 @@
+//! CSI Identity.
+use std::sync::Arc;
+
+use api::proto::csi::v1 as csi;
+use csi::plugin_capability::{Service, service};
+use tonic::{Request, Response, Status};
+
+use crate::driver::Driver;
+
+pub struct Identity(pub Arc<Driver>);
+
+#[tonic::async_trait]
+impl csi::identity_server::Identity for Identity {
+    async fn get_plugin_info(
+        &self,
+        _: Request<csi::GetPluginInfoRequest>,
+    ) -> Result<Response<csi::GetPluginInfoResponse>, Status> {
+        Ok(Response::new(csi::GetPluginInfoResponse {
+            name: self.0.config.name.clone(),
+            vendor_version: build_info::VERSION.to_owned(),
+            manifest: Default::default(),
+        }))
+    }
+
+    async fn get_plugin_capabilities(
+        &self,
+        _: Request<csi::GetPluginCapabilitiesRequest>,
+    ) -> Result<Response<csi::GetPluginCapabilitiesResponse>, Status> {
+        let mut capabilities = Vec::new();
+        if self.0.config.mode.controller() {
+            let service = Service { r#type: service::Type::ControllerService as i32 };
+            capabilities.push(csi::PluginCapability { r#type: Some(csi::plugin_capability::Type::Service(service)) });
+        }
+        Ok(Response::new(csi::GetPluginCapabilitiesResponse { capabilities }))
+    }
+
+    async fn probe(&self, _: Request<csi::ProbeRequest>) -> Result<Response<csi::ProbeResponse>, Status> {
+        Ok(Response::new(csi::ProbeResponse { ready: Some(true) }))
+    }
+}

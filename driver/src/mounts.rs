@@ -1,0 +1,172 @@
+//! Loop devices, filesystems and mounts: the node side's real effects. Commands (`losetup`,
+//! `mkfs.ext4`, `blkid`) do what has no safe syscall wrapper; mounts use the syscalls directly.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use nix::mount::{MntFlags, MsFlags};
+
+/// Why a node operation on the machine failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("{command} failed: {detail}")]
+    Command { command: String, detail: String },
+    #[error("{action} {path}: {source}")]
+    Sys {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: nix::Error,
+    },
+    #[error("{action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn run(program: &str, args: &[&str]) -> Result<String, MountError> {
+    let command = format!("{program} {}", args.join(" "));
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| MountError::Command { command: command.clone(), detail: e.to_string() })?;
+    if !out.status.success() {
+        let detail = format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
+        return Err(MountError::Command { command, detail });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// Loop devices currently backed by `file`.
+pub fn loop_devices_of(file: &Path) -> Result<Vec<String>, MountError> {
+    let listing = run("losetup", &["--noheadings", "--output", "NAME", "--associated", &file.to_string_lossy()])?;
+    Ok(listing.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_owned).collect())
+}
+
+/// The loop device backing `file`, attaching one if there is none. Idempotent.
+pub fn attach(file: &Path) -> Result<String, MountError> {
+    if let Some(existing) = loop_devices_of(file)?.into_iter().next() {
+        return Ok(existing);
+    }
+    run("losetup", &["--find", "--show", &file.to_string_lossy()])
+}
+
+/// Detaches every loop device backed by `file`. Idempotent.
+pub fn detach(file: &Path) -> Result<(), MountError> {
+    for device in loop_devices_of(file)? {
+        run("losetup", &["--detach", &device])?;
+    }
+    Ok(())
+}
+
+/// Formats `device` as ext4 unless it already holds a filesystem (data is never overwritten).
+pub fn format_if_blank(device: &str) -> Result<(), MountError> {
+    // blkid exits 2 when it finds no filesystem signature.
+    let probe = Command::new("blkid").args(["-p", "-o", "value", "-s", "TYPE", device]).output();
+    let has_filesystem = probe.is_ok_and(|o| o.status.success() && !o.stdout.trim_ascii().is_empty());
+    if !has_filesystem {
+        run("mkfs.ext4", &["-q", "-F", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1", device])?;
+    }
+    Ok(())
+}
+
+/// Whether something is mounted at `path`, from /proc/self/mountinfo.
+pub fn is_mount_point(path: &Path) -> Result<bool, MountError> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").map_err(|source| MountError::Io {
+        action: "reading",
+        path: "/proc/self/mountinfo".into(),
+        source,
+    })?;
+    let wanted = path.to_string_lossy();
+    Ok(info.lines().filter_map(|l| l.split(' ').nth(4)).any(|mount_point| unescape(mount_point) == wanted))
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal (`\040`).
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 3 < bytes.len() && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b)) {
+            out.push((bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Mounts the ext4 filesystem on `device` at `target` (a directory, created if missing).
+pub fn mount_filesystem(device: &str, target: &Path) -> Result<(), MountError> {
+    std::fs::create_dir_all(target).map_err(|source| MountError::Io {
+        action: "creating",
+        path: target.to_owned(),
+        source,
+    })?;
+    nix::mount::mount(Some(device), target, Some("ext4"), MsFlags::empty(), None::<&str>)
+        .map_err(|source| MountError::Sys { action: "mounting", path: target.to_owned(), source })
+}
+
+/// Bind-mounts `source` at `target` (which must exist), read-only if asked.
+pub fn bind(source: &Path, target: &Path, read_only: bool) -> Result<(), MountError> {
+    nix::mount::mount(Some(source), target, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+        .map_err(|e| MountError::Sys { action: "bind-mounting", path: target.to_owned(), source: e })?;
+    if read_only {
+        let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
+        nix::mount::mount(None::<&str>, target, None::<&str>, flags, None::<&str>).map_err(|e| MountError::Sys {
+            action: "remounting read-only",
+            path: target.to_owned(),
+            source: e,
+        })?;
+    }
+    Ok(())
+}
+
+/// Unmounts whatever is mounted at `target`, if anything. Idempotent.
+pub fn unmount(target: &Path) -> Result<(), MountError> {
+    while is_mount_point(target)? {
+        nix::mount::umount2(target, MntFlags::empty()).map_err(|source| MountError::Sys {
+            action: "unmounting",
+            path: target.to_owned(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// Total and available bytes and inodes of the filesystem at `path`.
+pub struct Usage {
+    pub total_bytes: u64,
+    pub available_bytes: u64,
+    pub total_inodes: u64,
+    pub free_inodes: u64,
+}
+
+pub fn usage(path: &Path) -> Result<Usage, MountError> {
+    let stat = nix::sys::statvfs::statvfs(path).map_err(|source| MountError::Sys {
+        action: "statvfs",
+        path: path.to_owned(),
+        source,
+    })?;
+    let fragment = stat.fragment_size();
+    Ok(Usage {
+        total_bytes: stat.blocks() * fragment,
+        available_bytes: stat.blocks_available() * fragment,
+        total_inodes: stat.files(),
+        free_inodes: stat.files_free(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mountinfo_escapes_are_decoded() {
+        assert_eq!(super::unescape(r"/var/lib/with\040space"), "/var/lib/with space");
+        assert_eq!(super::unescape("/plain"), "/plain");
+        assert_eq!(super::unescape(r"/trailing\04"), r"/trailing\04");
+    }
+}

@@ -1,0 +1,236 @@
+//! CSI Node: stage = loop device (+ ext4 mounted at the staging path), publish = bind mount.
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use api::proto::csi::v1 as csi;
+use csi::node_service_capability::rpc::Type as Rpc;
+use csi::volume_capability::AccessType as CapAccessType;
+use tonic::{Request, Response, Status};
+
+use crate::driver::Driver;
+use crate::mounts::{self, MountError};
+use crate::state::{AccessType, Volume};
+use crate::volumes::validate_id;
+
+pub struct Node(pub Arc<Driver>);
+
+fn internal(e: MountError) -> Status {
+    Status::internal(e.to_string())
+}
+
+fn required_path(what: &str, path: &str) -> Result<PathBuf, Status> {
+    if path.is_empty() {
+        return Err(Status::invalid_argument(format!("{what} is required")));
+    }
+    let path = PathBuf::from(path);
+    if !path.is_absolute() || path.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+        return Err(Status::invalid_argument(format!("{what} must be an absolute path without `..`")));
+    }
+    Ok(path)
+}
+
+fn requested_access_type(capability: Option<&csi::VolumeCapability>) -> Result<AccessType, Status> {
+    match capability.and_then(|c| c.access_type.as_ref()) {
+        Some(CapAccessType::Mount(_)) => Ok(AccessType::Mount),
+        Some(CapAccessType::Block(_)) => Ok(AccessType::Block),
+        None if capability.is_none() => Err(Status::invalid_argument("volume_capability is required")),
+        None => Err(Status::invalid_argument("volume_capability needs an access_type")),
+    }
+}
+
+impl Node {
+    /// The volume, read from the state on disk: the controller (maybe another process) creates them.
+    async fn volume(&self, id: &str) -> Result<Volume, Status> {
+        validate_id("volume_id", id)?;
+        let state = self.0.reload().await.map_err(|e| Status::internal(e.to_string()))?;
+        state.volumes.get(id).cloned().ok_or_else(|| Status::not_found(format!("volume {id} not found")))
+    }
+
+    fn file(&self, volume: &Volume) -> PathBuf {
+        self.0.layout.volume_file(&volume.id)
+    }
+}
+
+fn capability(rpc: Rpc) -> csi::NodeServiceCapability {
+    csi::NodeServiceCapability {
+        r#type: Some(csi::node_service_capability::Type::Rpc(csi::node_service_capability::Rpc { r#type: rpc as i32 })),
+    }
+}
+
+#[tonic::async_trait]
+impl csi::node_server::Node for Node {
+    async fn node_stage_volume(
+        &self,
+        request: Request<csi::NodeStageVolumeRequest>,
+    ) -> Result<Response<csi::NodeStageVolumeResponse>, Status> {
+        let request = request.into_inner();
+        if request.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        let staging = required_path("staging_target_path", &request.staging_target_path)?;
+        let access_type = requested_access_type(request.volume_capability.as_ref())?;
+        let volume = self.volume(&request.volume_id).await?;
+        if volume.access_type != access_type {
+            return Err(Status::invalid_argument(format!(
+                "volume {} is {:?}, not {access_type:?}",
+                volume.id, volume.access_type
+            )));
+        }
+        let device = mounts::attach(&self.file(&volume)).map_err(internal)?;
+        if access_type == AccessType::Mount && !mounts::is_mount_point(&staging).map_err(internal)? {
+            mounts::format_if_blank(&device).map_err(internal)?;
+            mounts::mount_filesystem(&device, &staging).map_err(internal)?;
+        }
+        Ok(Response::new(csi::NodeStageVolumeResponse {}))
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        request: Request<csi::NodeUnstageVolumeRequest>,
+    ) -> Result<Response<csi::NodeUnstageVolumeResponse>, Status> {
+        let request = request.into_inner();
+        if request.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        let staging = required_path("staging_target_path", &request.staging_target_path)?;
+        mounts::unmount(&staging).map_err(internal)?;
+        if validate_id("volume_id", &request.volume_id).is_ok() {
+            mounts::detach(&self.0.layout.volume_file(&request.volume_id)).map_err(internal)?;
+        }
+        Ok(Response::new(csi::NodeUnstageVolumeResponse {}))
+    }
+
+    async fn node_publish_volume(
+        &self,
+        request: Request<csi::NodePublishVolumeRequest>,
+    ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
+        let request = request.into_inner();
+        if request.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        let target = required_path("target_path", &request.target_path)?;
+        let staging = required_path("staging_target_path", &request.staging_target_path)?;
+        let access_type = requested_access_type(request.volume_capability.as_ref())?;
+        let volume = self.volume(&request.volume_id).await?;
+        if mounts::is_mount_point(&target).map_err(internal)? {
+            return Ok(Response::new(csi::NodePublishVolumeResponse {}));
+        }
+        let io = |action: &'static str| {
+            let path = target.clone();
+            move |source| internal(MountError::Io { action, path, source })
+        };
+        match access_type {
+            AccessType::Mount => {
+                if !mounts::is_mount_point(&staging).map_err(internal)? {
+                    return Err(Status::failed_precondition(format!(
+                        "volume {} is not staged at {}",
+                        volume.id,
+                        staging.display()
+                    )));
+                }
+                std::fs::create_dir_all(&target).map_err(io("creating"))?;
+                mounts::bind(&staging, &target, request.readonly).map_err(internal)?;
+            }
+            AccessType::Block => {
+                let device = mounts::loop_devices_of(&self.file(&volume)).map_err(internal)?.into_iter().next();
+                let device =
+                    device.ok_or_else(|| Status::failed_precondition(format!("volume {} is not staged", volume.id)))?;
+                if let Some(parent) = target.parent() {
+                    std::fs::create_dir_all(parent).map_err(io("creating"))?;
+                }
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&target)
+                    .map_err(io("creating"))?;
+                mounts::bind(Path::new(&device), &target, request.readonly).map_err(internal)?;
+            }
+        }
+        Ok(Response::new(csi::NodePublishVolumeResponse {}))
+    }
+
+    async fn node_unpublish_volume(
+        &self,
+        request: Request<csi::NodeUnpublishVolumeRequest>,
+    ) -> Result<Response<csi::NodeUnpublishVolumeResponse>, Status> {
+        let request = request.into_inner();
+        if request.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        let target = required_path("target_path", &request.target_path)?;
+        mounts::unmount(&target).map_err(internal)?;
+        let removed = if target.is_dir() { std::fs::remove_dir(&target) } else { std::fs::remove_file(&target) };
+        match removed {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(internal(MountError::Io { action: "removing", path: target, source: e }));
+            }
+            _ => {}
+        }
+        Ok(Response::new(csi::NodeUnpublishVolumeResponse {}))
+    }
+
+    async fn node_get_volume_stats(
+        &self,
+        request: Request<csi::NodeGetVolumeStatsRequest>,
+    ) -> Result<Response<csi::NodeGetVolumeStatsResponse>, Status> {
+        let request = request.into_inner();
+        if request.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        if request.volume_path.is_empty() {
+            return Err(Status::invalid_argument("volume_path is required"));
+        }
+        let volume = self.volume(&request.volume_id).await?;
+        // Only read (statvfs), so any path is safe to look at; one that is not absolute or does not
+        // exist is simply not where the volume is.
+        let path = PathBuf::from(&request.volume_path);
+        if !path.is_absolute() || !path.exists() {
+            return Err(Status::not_found(format!("volume_path {} does not exist", path.display())));
+        }
+        let file = self.file(&volume);
+        let condition = match std::fs::metadata(&file) {
+            Ok(_) => csi::VolumeCondition { abnormal: false, message: "volume is healthy".into() },
+            Err(e) => csi::VolumeCondition {
+                abnormal: true,
+                message: format!("the volume's backing file is unreadable: {e}"),
+            },
+        };
+        let usage = if volume.access_type == AccessType::Mount && mounts::is_mount_point(&path).map_err(internal)? {
+            let u = mounts::usage(&path).map_err(internal)?;
+            let unit = |unit: csi::volume_usage::Unit, total: u64, available: u64| csi::VolumeUsage {
+                total: i64::try_from(total).unwrap_or(i64::MAX),
+                available: i64::try_from(available).unwrap_or(i64::MAX),
+                used: i64::try_from(total.saturating_sub(available)).unwrap_or(i64::MAX),
+                unit: unit as i32,
+            };
+            vec![
+                unit(csi::volume_usage::Unit::Bytes, u.total_bytes, u.available_bytes),
+                unit(csi::volume_usage::Unit::Inodes, u.total_inodes, u.free_inodes),
+            ]
+        } else {
+            vec![csi::VolumeUsage {
+                total: volume.capacity_bytes,
+                unit: csi::volume_usage::Unit::Bytes as i32,
+                ..Default::default()
+            }]
+        };
+        Ok(Response::new(csi::NodeGetVolumeStatsResponse { usage, volume_condition: Some(condition) }))
+    }
+
+    async fn node_get_capabilities(
+        &self,
+        _: Request<csi::NodeGetCapabilitiesRequest>,
+    ) -> Result<Response<csi::NodeGetCapabilitiesResponse>, Status> {
+        let capabilities =
+            [Rpc::StageUnstageVolume, Rpc::GetVolumeStats, Rpc::VolumeCondition].into_iter().map(capability).collect();
+        Ok(Response::new(csi::NodeGetCapabilitiesResponse { capabilities }))
+    }
+
+    async fn node_get_info(
+        &self,
+        _: Request<csi::NodeGetInfoRequest>,
+    ) -> Result<Response<csi::NodeGetInfoResponse>, Status> {
+        Ok(Response::new(csi::NodeGetInfoResponse { node_id: self.0.config.node_id.clone(), ..Default::default() }))
+    }
+}

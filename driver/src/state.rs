@@ -1,0 +1,183 @@
+//! The driver's persistent state: every volume, snapshot, fence and replication it knows, in one
+//! JSON document under the state directory.
+//!
+//! Each change is written to a temporary file, fsynced, renamed over `state.json` and the directory
+//! fsynced, so a crash (kill -9) between or during calls leaves either the old or the new state,
+//! never a torn one.
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// How a volume is presented to workloads.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessType {
+    /// A filesystem (a formatted sparse file, or a directory where formatting is unavailable).
+    Mount,
+    /// A raw block device (a loop device over a sparse file).
+    Block,
+}
+
+/// A volume the driver created.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Volume {
+    pub id: String,
+    pub name: String,
+    pub capacity_bytes: i64,
+    pub access_type: AccessType,
+    /// Parameters the volume was created with (StorageClass parameters).
+    #[serde(default)]
+    pub parameters: BTreeMap<String, String>,
+    /// The snapshot or volume it was created from, if any.
+    #[serde(default)]
+    pub content_source: Option<String>,
+    /// Nodes the volume is published to by ControllerPublishVolume, with their read-only flag.
+    #[serde(default)]
+    pub published_nodes: BTreeMap<String, bool>,
+}
+
+/// The whole state document.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct State {
+    /// Volumes by ID.
+    #[serde(default)]
+    pub volumes: BTreeMap<String, Volume>,
+}
+
+impl State {
+    /// The volume named `name`, if one exists.
+    pub fn volume_by_name(&self, name: &str) -> Option<&Volume> {
+        self.volumes.values().find(|v| v.name == name)
+    }
+
+    /// Bytes promised to existing volumes.
+    pub fn allocated_bytes(&self) -> i64 {
+        self.volumes.values().map(|v| v.capacity_bytes).sum()
+    }
+}
+
+/// Why the state could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not valid state: {source}")]
+    Corrupt {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Reads and writes [`State`] atomically under a directory.
+#[derive(Debug, Clone)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+const STATE_FILE: &str = "state.json";
+
+impl Store {
+    /// A store in `dir` (created if missing).
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+            action: "creating",
+            path: dir.to_owned(),
+            source,
+        })?;
+        Ok(Store { dir: dir.to_owned() })
+    }
+
+    /// The state directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The saved state, or an empty one when nothing was saved yet. A leftover temporary file from
+    /// a crash mid-write is ignored: the rename never happened, so the previous state stands.
+    pub fn load(&self) -> Result<State, StoreError> {
+        let path = self.dir.join(STATE_FILE);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt { path, source }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(State::default()),
+            Err(source) => Err(StoreError::Io { action: "reading", path, source }),
+        }
+    }
+
+    /// Replaces the saved state with `state`, durably.
+    pub fn save(&self, state: &State) -> Result<(), StoreError> {
+        let path = self.dir.join(STATE_FILE);
+        let tmp = self.dir.join(format!("{STATE_FILE}.tmp"));
+        fn io<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -> StoreError + 'p {
+            move |source| StoreError::Io { action, path: path.to_owned(), source }
+        }
+        // Serialising plain data into memory cannot fail; an error would leave the old state.
+        let bytes =
+            serde_json::to_vec_pretty(state).map_err(|source| StoreError::Corrupt { path: path.clone(), source })?;
+        let mut file = std::fs::File::create(&tmp).map_err(io("creating", &tmp))?;
+        file.write_all(&bytes).map_err(io("writing", &tmp))?;
+        file.sync_all().map_err(io("syncing", &tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io("renaming", &tmp))?;
+        std::fs::File::open(&self.dir).and_then(|d| d.sync_all()).map_err(io("syncing", &self.dir))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn volume(id: &str) -> Volume {
+        Volume {
+            id: id.into(),
+            name: format!("name-{id}"),
+            capacity_bytes: 1 << 20,
+            access_type: AccessType::Mount,
+            parameters: BTreeMap::new(),
+            content_source: None,
+            published_nodes: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn an_empty_directory_loads_as_empty_state() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(Store::open(dir.path()).unwrap().load().unwrap(), State::default());
+    }
+
+    #[test]
+    fn saved_state_loads_back_in_a_new_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut state = State::default();
+        state.volumes.insert("v1".into(), volume("v1"));
+        Store::open(dir.path()).unwrap().save(&state).unwrap();
+        assert_eq!(Store::open(dir.path()).unwrap().load().unwrap(), state);
+    }
+
+    #[test]
+    fn a_torn_temporary_file_from_a_crash_does_not_replace_the_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut state = State::default();
+        state.volumes.insert("v1".into(), volume("v1"));
+        store.save(&state).unwrap();
+        // A crash after writing half of the next state, before the rename.
+        std::fs::write(dir.path().join("state.json.tmp"), b"{\"volumes\": {\"v2\"").unwrap();
+        assert_eq!(store.load().unwrap(), state);
+    }
+
+    #[test]
+    fn a_corrupt_state_file_is_an_error_not_an_empty_state() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("state.json"), b"not json").unwrap();
+        let err = Store::open(dir.path()).unwrap().load().unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+    }
+}

@@ -1,0 +1,117 @@
+//! The reference driver, as a real process on a real Unix socket, against csi-sanity v5.4.0.
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::{test_peer, workspace_binary};
+
+/// A running reference driver; killed on drop.
+pub struct DriverProcess {
+    pub child: Child,
+    pub endpoint: String,
+    pub dir: tempfile::TempDir,
+}
+
+impl Drop for DriverProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn start_driver(extra: &[&str]) -> DriverProcess {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("csi.sock");
+    let endpoint = format!("unix://{}", socket.display());
+    let child = Command::new(workspace_binary("reference-driver"))
+        .args(["--endpoint", &endpoint, "--node-id", "node-1", "--state-dir"])
+        .arg(dir.path().join("state"))
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !socket.exists() {
+        assert!(Instant::now() < deadline, "the driver did not create {}", socket.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    DriverProcess { child, endpoint, dir }
+}
+
+/// Runs csi-sanity with `args` and returns its output and whether it succeeded.
+fn csi_sanity(args: &[String]) -> (bool, String) {
+    let out = Command::new(test_peer("CSI_SANITY", "csi-sanity.sh")).args(args).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+#[test]
+fn the_driver_passes_csi_sanity() {
+    let driver = start_driver(&[]);
+    let (ok, output) = csi_sanity(&[
+        format!("--csi.endpoint={}", driver.endpoint),
+        format!("--csi.mountdir={}", driver.dir.path().join("mnt").display()),
+        format!("--csi.stagingdir={}", driver.dir.path().join("staging").display()),
+    ]);
+    let summary =
+        output.lines().filter(|l| l.contains("Passed") && l.contains("Failed")).collect::<Vec<_>>().join("\n");
+    assert!(ok, "csi-sanity failed:\n{output}");
+    assert!(summary.contains("0 Failed"), "{summary}");
+    eprintln!("csi-sanity: {summary}");
+}
+
+#[tokio::test]
+async fn volumes_survive_kill_9_of_the_driver() {
+    use api::proto::csi::v1 as csi;
+    use csi::controller_client::ControllerClient;
+
+    let mut driver = start_driver(&["--mode", "controller"]);
+    let capability = csi::VolumeCapability {
+        access_mode: Some(csi::volume_capability::AccessMode {
+            mode: csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
+        }),
+        access_type: Some(csi::volume_capability::AccessType::Mount(Default::default())),
+    };
+    let mut client = ControllerClient::new(crate::support::unix_channel(&driver.endpoint).await.unwrap());
+    let mut created = Vec::new();
+    for name in ["a", "b", "c"] {
+        let request = csi::CreateVolumeRequest {
+            name: name.into(),
+            capacity_range: Some(csi::CapacityRange { required_bytes: 1 << 20, limit_bytes: 0 }),
+            volume_capabilities: vec![capability.clone()],
+            ..Default::default()
+        };
+        created.push(client.create_volume(request).await.unwrap().into_inner().volume.unwrap().volume_id);
+    }
+    created.sort();
+
+    // SIGKILL: no shutdown path runs.
+    driver.child.kill().unwrap();
+    driver.child.wait().unwrap();
+    let state_dir = driver.dir.path().join("state");
+    let restarted = std::process::Command::new(workspace_binary("reference-driver"))
+        .args(["--endpoint", &driver.endpoint, "--node-id", "node-1", "--mode", "controller", "--state-dir"])
+        .arg(&state_dir)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    driver.child = restarted;
+    // The killed driver's socket file is still there until the new process replaces it: retry
+    // until the new process answers.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let listed = loop {
+        if let Ok(channel) = crate::support::unix_channel(&driver.endpoint).await
+            && let Ok(r) = ControllerClient::new(channel).list_volumes(csi::ListVolumesRequest::default()).await
+        {
+            break r.into_inner();
+        }
+        assert!(Instant::now() < deadline, "the restarted driver never answered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut ids: Vec<String> = listed.entries.into_iter().map(|e| e.volume.unwrap().volume_id).collect();
+    ids.sort();
+    assert_eq!(ids, created);
+    for id in &created {
+        assert!(state_dir.join("volumes").join(format!("{id}.img")).exists(), "data of {id} lost");
+    }
+}
