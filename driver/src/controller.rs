@@ -126,6 +126,7 @@ impl csi::controller_server::Controller for Controller {
                     parameters: request.parameters.clone().into_iter().collect(),
                     content_source: None,
                     published_nodes: Default::default(),
+                    key_id: None,
                 };
                 // The file first: state that names a volume always has its data.
                 layout

@@ -1,4 +1,5 @@
 //! The state every service of the driver shares, and the one way to change it.
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -43,6 +44,20 @@ pub struct Driver {
     pub layout: Layout,
     store: Store,
     state: Mutex<State>,
+    /// Volumes with an operation in progress: a second one gets ABORTED, as the CSI spec asks.
+    busy: std::sync::Mutex<HashSet<String>>,
+}
+
+/// Marks a volume busy until dropped.
+pub struct BusyGuard {
+    driver: Arc<Driver>,
+    id: String,
+}
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        self.driver.busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&self.id);
+    }
 }
 
 impl Driver {
@@ -50,12 +65,35 @@ impl Driver {
     pub fn open(config: Config) -> Result<Arc<Self>, StoreError> {
         let store = Store::open(&config.state_dir)?;
         let state = store.load()?;
-        Ok(Arc::new(Driver { layout: Layout::new(&config.state_dir), config, store, state: Mutex::new(state) }))
+        Ok(Arc::new(Driver {
+            layout: Layout::new(&config.state_dir),
+            config,
+            store,
+            state: Mutex::new(state),
+            busy: Default::default(),
+        }))
     }
 
     /// A copy of the current state, for reads.
     pub async fn snapshot(&self) -> State {
         self.state.lock().await.clone()
+    }
+
+    /// Marks volume `id` busy for the life of the guard, or ABORTED if it already is.
+    pub fn begin(self: &Arc<Self>, id: &str) -> Result<BusyGuard, Status> {
+        let mut busy = self.busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !busy.insert(id.to_owned()) {
+            return Err(Status::aborted(format!("an operation on volume {id} is already in progress")));
+        }
+        Ok(BusyGuard { driver: self.clone(), id: id.to_owned() })
+    }
+
+    /// The volume `id` from the state on disk (the controller, maybe another process, creates
+    /// volumes): INVALID_ARGUMENT when empty, NOT_FOUND when unknown or malformed.
+    pub async fn volume(&self, id: &str) -> Result<crate::state::Volume, Status> {
+        crate::volumes::validate_id("volume_id", id)?;
+        let state = self.reload().await.map_err(|e| Status::internal(e.to_string()))?;
+        state.volumes.get(id).cloned().ok_or_else(|| Status::not_found(format!("volume {id} not found")))
     }
 
     /// Re-reads the state from disk (another process, the controller, may have changed it) and

@@ -6,12 +6,14 @@
 
 #![forbid(unsafe_code)]
 
+pub mod addons;
 pub mod controller;
 pub mod driver;
 pub mod identity;
 pub mod mounts;
 pub mod node;
 pub mod server;
+pub mod space;
 pub mod state;
 pub mod volumes;
 
@@ -29,6 +31,9 @@ pub struct Cli {
     /// The CSI endpoint, `unix:///path/to/csi.sock`.
     #[arg(long, env = "CSI_ENDPOINT", default_value = "unix:///csi/csi.sock")]
     pub endpoint: String,
+    /// The CSI-Addons endpoint, `unix:///path/to/csi-addons.sock`.
+    #[arg(long, env = "CSI_ADDONS_ENDPOINT", default_value = "unix:///csi/csi-addons.sock")]
+    pub addons_endpoint: String,
     /// Plugin name, in reverse-domain form.
     #[arg(long, env = "DRIVER_NAME", default_value = "reference.csi-addons-rs.io")]
     pub driver_name: String,
@@ -49,9 +54,20 @@ pub struct Cli {
     pub log_json: bool,
 }
 
-/// Runs the driver until SIGINT or SIGTERM, then removes its socket.
+/// Runs the driver until SIGINT or SIGTERM, then removes its sockets.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
-    let socket = server::socket_path(&cli.endpoint).map_err(anyhow::Error::msg)?;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    serve(cli, stopped).await
+}
+
+/// Serves CSI and CSI-Addons until `stop` turns true.
+pub async fn serve(cli: Cli, stop: tokio::sync::watch::Receiver<bool>) -> anyhow::Result<()> {
+    let csi_socket = server::socket_path(&cli.endpoint).map_err(anyhow::Error::msg)?;
+    let addons_socket = server::socket_path(&cli.addons_endpoint).map_err(anyhow::Error::msg)?;
     let driver = Driver::open(Config {
         name: cli.driver_name,
         node_id: cli.node_id,
@@ -59,24 +75,34 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         capacity_bytes: cli.capacity_bytes,
         mode: cli.mode,
     })?;
-    let incoming = server::bind(&socket)?;
-    tracing::info!(endpoint = %socket.display(), mode = ?driver.config.mode, "serving CSI");
-    let mut routes =
+    let mut csi_routes =
         tonic::service::Routes::new(csi::identity_server::IdentityServer::new(identity::Identity(driver.clone())));
     if driver.config.mode.controller() {
-        routes =
-            routes.add_service(csi::controller_server::ControllerServer::new(controller::Controller(driver.clone())));
+        csi_routes = csi_routes
+            .add_service(csi::controller_server::ControllerServer::new(controller::Controller(driver.clone())));
     }
     if driver.config.mode.node() {
-        routes = routes.add_service(csi::node_server::NodeServer::new(node::Node(driver.clone())));
+        csi_routes = csi_routes.add_service(csi::node_server::NodeServer::new(node::Node(driver.clone())));
     }
-    let served = tonic::transport::Server::builder()
+    let csi_incoming = server::bind(&csi_socket)?;
+    let addons_incoming = server::bind(&addons_socket)?;
+    tracing::info!(csi = %csi_socket.display(), addons = %addons_socket.display(), mode = ?driver.config.mode, "serving");
+    let until_stopped = |mut stop: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    let csi_server = tonic::transport::Server::builder()
         .layer(server::LogFailuresLayer)
-        .add_routes(routes)
-        .serve_with_incoming_shutdown(incoming, shutdown_signal())
-        .await;
-    let _ = std::fs::remove_file(&socket);
-    served?;
+        .add_routes(csi_routes)
+        .serve_with_incoming_shutdown(csi_incoming, until_stopped(stop.clone()));
+    let addons_server = tonic::transport::Server::builder()
+        .layer(server::LogFailuresLayer)
+        .add_routes(addons::routes(&driver))
+        .serve_with_incoming_shutdown(addons_incoming, until_stopped(stop));
+    let (csi_result, addons_result) = tokio::join!(csi_server, addons_server);
+    let _ = std::fs::remove_file(&csi_socket);
+    let _ = std::fs::remove_file(&addons_socket);
+    csi_result?;
+    addons_result?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -63,10 +63,7 @@ pub fn detach(file: &Path) -> Result<(), MountError> {
 
 /// Formats `device` as ext4 unless it already holds a filesystem (data is never overwritten).
 pub fn format_if_blank(device: &str) -> Result<(), MountError> {
-    // blkid exits 2 when it finds no filesystem signature.
-    let probe = Command::new("blkid").args(["-p", "-o", "value", "-s", "TYPE", device]).output();
-    let has_filesystem = probe.is_ok_and(|o| o.status.success() && !o.stdout.trim_ascii().is_empty());
-    if !has_filesystem {
+    if !has_filesystem(device) {
         run("mkfs.ext4", &["-q", "-F", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1", device])?;
     }
     Ok(())
@@ -81,6 +78,32 @@ pub fn is_mount_point(path: &Path) -> Result<bool, MountError> {
     })?;
     let wanted = path.to_string_lossy();
     Ok(info.lines().filter_map(|l| l.split(' ').nth(4)).any(|mount_point| unescape(mount_point) == wanted))
+}
+
+/// A mount point where `device` is mounted, if any (the staging mount or a bind of it).
+pub fn mount_point_of(device: &str) -> Result<Option<PathBuf>, MountError> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").map_err(|source| MountError::Io {
+        action: "reading",
+        path: "/proc/self/mountinfo".into(),
+        source,
+    })?;
+    for line in info.lines() {
+        // "<id> <parent> <maj:min> <root> <mount point> <options> [optional…] - <fstype> <source> <super options>"
+        let Some((before, after)) = line.split_once(" - ") else { continue };
+        if after.split(' ').nth(1) == Some(device)
+            && let Some(mount_point) = before.split(' ').nth(4)
+        {
+            return Ok(Some(PathBuf::from(unescape(mount_point))));
+        }
+    }
+    Ok(None)
+}
+
+/// Whether `device` holds a filesystem.
+pub fn has_filesystem(device: &str) -> bool {
+    // blkid exits 2 when it finds no filesystem signature.
+    let probe = Command::new("blkid").args(["-p", "-o", "value", "-s", "TYPE", device]).output();
+    probe.is_ok_and(|o| o.status.success() && !o.stdout.trim_ascii().is_empty())
 }
 
 /// mountinfo escapes space, tab, newline and backslash as octal (`\040`).

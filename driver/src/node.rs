@@ -39,11 +39,8 @@ fn requested_access_type(capability: Option<&csi::VolumeCapability>) -> Result<A
 }
 
 impl Node {
-    /// The volume, read from the state on disk: the controller (maybe another process) creates them.
     async fn volume(&self, id: &str) -> Result<Volume, Status> {
-        validate_id("volume_id", id)?;
-        let state = self.0.reload().await.map_err(|e| Status::internal(e.to_string()))?;
-        state.volumes.get(id).cloned().ok_or_else(|| Status::not_found(format!("volume {id} not found")))
+        self.0.volume(id).await
     }
 
     fn file(&self, volume: &Volume) -> PathBuf {

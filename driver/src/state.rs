@@ -36,6 +36,9 @@ pub struct Volume {
     /// Nodes the volume is published to by ControllerPublishVolume, with their read-only flag.
     #[serde(default)]
     pub published_nodes: BTreeMap<String, bool>,
+    /// ID of the volume's current encryption key (changed by EncryptionKeyRotate).
+    #[serde(default)]
+    pub key_id: Option<String>,
 }
 
 /// The whole state document.
@@ -143,6 +146,7 @@ mod tests {
             parameters: BTreeMap::new(),
             content_source: None,
             published_nodes: BTreeMap::new(),
+            key_id: None,
         }
     }
 

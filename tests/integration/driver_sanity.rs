@@ -8,6 +8,7 @@ use crate::support::{test_peer, workspace_binary};
 pub struct DriverProcess {
     pub child: Child,
     pub endpoint: String,
+    pub addons_endpoint: String,
     pub dir: tempfile::TempDir,
 }
 
@@ -22,8 +23,9 @@ pub fn start_driver(extra: &[&str]) -> DriverProcess {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("csi.sock");
     let endpoint = format!("unix://{}", socket.display());
+    let addons_endpoint = format!("unix://{}", dir.path().join("csi-addons.sock").display());
     let child = Command::new(workspace_binary("reference-driver"))
-        .args(["--endpoint", &endpoint, "--node-id", "node-1", "--state-dir"])
+        .args(["--endpoint", &endpoint, "--addons-endpoint", &addons_endpoint, "--node-id", "node-1", "--state-dir"])
         .arg(dir.path().join("state"))
         .args(extra)
         .stdout(Stdio::null())
@@ -35,7 +37,7 @@ pub fn start_driver(extra: &[&str]) -> DriverProcess {
         assert!(Instant::now() < deadline, "the driver did not create {}", socket.display());
         std::thread::sleep(Duration::from_millis(50));
     }
-    DriverProcess { child, endpoint, dir }
+    DriverProcess { child, endpoint, addons_endpoint, dir }
 }
 
 /// Runs csi-sanity with `args` and returns its output and whether it succeeded.
@@ -90,7 +92,8 @@ async fn volumes_survive_kill_9_of_the_driver() {
     driver.child.wait().unwrap();
     let state_dir = driver.dir.path().join("state");
     let restarted = std::process::Command::new(workspace_binary("reference-driver"))
-        .args(["--endpoint", &driver.endpoint, "--node-id", "node-1", "--mode", "controller", "--state-dir"])
+        .args(["--endpoint", &driver.endpoint, "--addons-endpoint", &driver.addons_endpoint])
+        .args(["--node-id", "node-1", "--mode", "controller", "--state-dir"])
         .arg(&state_dir)
         .stdout(Stdio::null())
         .spawn()

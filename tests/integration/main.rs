@@ -3,6 +3,7 @@
 
 mod admission;
 mod crds;
+mod driver_addons;
 mod driver_sanity;
 mod support;
 mod testenv_features;

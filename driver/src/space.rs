@@ -1,0 +1,93 @@
+//! Measuring and releasing the space a volume's backing file takes on the host.
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use nix::fcntl::FallocateFlags;
+use nix::unistd::Whence;
+
+use crate::mounts::MountError;
+
+/// Bytes the host has allocated to `file` (what reclaiming space lowers).
+pub fn allocated_bytes(file: &Path) -> std::io::Result<i64> {
+    let blocks = std::fs::metadata(file)?.blocks();
+    Ok(i64::try_from(blocks.saturating_mul(512)).unwrap_or(i64::MAX))
+}
+
+/// Runs fstrim on the filesystem mounted at `mount_point`: the filesystem tells the loop device
+/// which blocks are free, and the loop device punches them out of the backing file.
+pub fn fstrim(mount_point: &Path) -> Result<(), MountError> {
+    let out = std::process::Command::new("fstrim").arg(mount_point).output();
+    match out {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(MountError::Command {
+            command: format!("fstrim {}", mount_point.display()),
+            detail: format!("{}: {}", o.status, String::from_utf8_lossy(&o.stderr).trim()),
+        }),
+        Err(e) => Err(MountError::Command { command: "fstrim".into(), detail: e.to_string() }),
+    }
+}
+
+const CHUNK: usize = 64 * 1024;
+
+/// Deallocates every all-zero 64 KiB chunk of `file` that is allocated (for raw block volumes and
+/// unformatted ones, where no filesystem can say what is free). The file's size and content stay
+/// the same: a punched hole reads as zeros.
+pub fn punch_zero_ranges(file: &Path) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new().read(true).write(true).open(file)?;
+    let len = f.metadata()?.len();
+    let mut buf = vec![0u8; CHUNK];
+    let mut offset: u64 = 0;
+    while offset < len {
+        // Jump to the next allocated range; past the last one there is nothing to do.
+        let data = match nix::unistd::lseek(&f, to_off(offset)?, Whence::SeekData) {
+            Ok(pos) => u64::try_from(pos).map_err(std::io::Error::other)?,
+            Err(nix::errno::Errno::ENXIO) => break,
+            Err(e) => return Err(e.into()),
+        };
+        let chunk_start = data - data % CHUNK as u64;
+        let n = usize::try_from((len - chunk_start).min(CHUNK as u64)).map_err(std::io::Error::other)?;
+        f.seek(SeekFrom::Start(chunk_start))?;
+        f.read_exact(&mut buf[..n])?;
+        if buf[..n].iter().all(|b| *b == 0) {
+            let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+            nix::fcntl::fallocate(&f, flags, to_off(chunk_start)?, to_off(n as u64)?)?;
+        }
+        offset = chunk_start + n as u64;
+    }
+    f.sync_all()
+}
+
+fn to_off(n: u64) -> std::io::Result<i64> {
+    i64::try_from(n).map_err(std::io::Error::other)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    #[test]
+    fn zeroed_ranges_are_released_and_data_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vol.img");
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.set_len(16 << 20).unwrap();
+        // 4 MiB of zeros written for real (allocated), then 64 KiB of data.
+        f.write_all(&vec![0u8; 4 << 20]).unwrap();
+        f.write_all(&vec![7u8; 64 * 1024]).unwrap();
+        f.sync_all().unwrap();
+        let before = allocated_bytes(&path).unwrap();
+        assert!(before >= 4 << 20, "{before}");
+
+        punch_zero_ranges(&path).unwrap();
+
+        let after = allocated_bytes(&path).unwrap();
+        assert!(after <= 128 * 1024, "{after} bytes still allocated");
+        let content = std::fs::read(&path).unwrap();
+        assert_eq!(content.len(), 16 << 20);
+        assert!(content[..4 << 20].iter().all(|b| *b == 0));
+        assert!(content[4 << 20..(4 << 20) + 64 * 1024].iter().all(|b| *b == 7));
+    }
+}

@@ -1,0 +1,215 @@
+//! The reference driver's CSI-Addons services, each shown by its effect on the machine.
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use api::proto::csi::v1 as csi;
+use api::proto::{encryptionkeyrotation as ekr, identity, reclaimspace};
+use tonic::transport::Channel;
+
+use crate::driver_sanity::{DriverProcess, start_driver};
+use crate::support::unix_channel;
+
+const MIB: i64 = 1 << 20;
+
+fn mount_capability() -> csi::VolumeCapability {
+    csi::VolumeCapability {
+        access_mode: Some(csi::volume_capability::AccessMode {
+            mode: csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
+        }),
+        access_type: Some(csi::volume_capability::AccessType::Mount(Default::default())),
+    }
+}
+
+struct Harness {
+    driver: DriverProcess,
+    csi: Channel,
+    addons: Channel,
+}
+
+impl Harness {
+    async fn start() -> Self {
+        let driver = start_driver(&[]);
+        let csi = unix_channel(&driver.endpoint).await.unwrap();
+        let addons = unix_channel(&driver.addons_endpoint).await.unwrap();
+        Harness { driver, csi, addons }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.driver.dir.path().join(name)
+    }
+
+    fn backing_file(&self, id: &str) -> PathBuf {
+        self.path("state").join("volumes").join(format!("{id}.img"))
+    }
+
+    async fn create(&self, name: &str, bytes: i64) -> String {
+        let request = csi::CreateVolumeRequest {
+            name: name.into(),
+            capacity_range: Some(csi::CapacityRange { required_bytes: bytes, limit_bytes: 0 }),
+            volume_capabilities: vec![mount_capability()],
+            ..Default::default()
+        };
+        let mut controller = csi::controller_client::ControllerClient::new(self.csi.clone());
+        controller.create_volume(request).await.unwrap().into_inner().volume.unwrap().volume_id
+    }
+
+    /// Stages and publishes `id`; returns (staging, target).
+    async fn mount(&self, id: &str) -> (PathBuf, PathBuf) {
+        let (staging, target) = (self.path(&format!("staging-{id}")), self.path(&format!("target-{id}")));
+        let mut node = csi::node_client::NodeClient::new(self.csi.clone());
+        node.node_stage_volume(csi::NodeStageVolumeRequest {
+            volume_id: id.into(),
+            staging_target_path: staging.display().to_string(),
+            volume_capability: Some(mount_capability()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        node.node_publish_volume(csi::NodePublishVolumeRequest {
+            volume_id: id.into(),
+            staging_target_path: staging.display().to_string(),
+            target_path: target.display().to_string(),
+            volume_capability: Some(mount_capability()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        (staging, target)
+    }
+
+    async fn unmount(&self, id: &str, staging: &Path, target: &Path) {
+        let mut node = csi::node_client::NodeClient::new(self.csi.clone());
+        node.node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
+            volume_id: id.into(),
+            target_path: target.display().to_string(),
+        })
+        .await
+        .unwrap();
+        node.node_unstage_volume(csi::NodeUnstageVolumeRequest {
+            volume_id: id.into(),
+            staging_target_path: staging.display().to_string(),
+        })
+        .await
+        .unwrap();
+    }
+}
+
+fn allocated(path: &Path) -> i64 {
+    i64::try_from(std::fs::metadata(path).unwrap().blocks() * 512).unwrap()
+}
+
+/// Writes `bytes` of non-zero data into a file under `dir`, syncs, deletes it and syncs again: the
+/// filesystem now has free blocks the backing file still holds.
+fn write_and_delete(dir: &Path, bytes: usize) {
+    let path = dir.join("scratch.bin");
+    let mut f = std::fs::File::create(&path).unwrap();
+    let chunk: Vec<u8> = (0..MIB as usize).map(|i| (i % 251 + 1) as u8).collect();
+    for _ in 0..bytes / MIB as usize {
+        f.write_all(&chunk).unwrap();
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    std::fs::remove_file(&path).unwrap();
+    std::process::Command::new("sync").status().unwrap();
+}
+
+#[tokio::test]
+async fn node_reclaim_space_gives_freed_blocks_back_to_the_host() {
+    let h = Harness::start().await;
+    let id = h.create("reclaim-online", 128 * MIB).await;
+    let (staging, target) = h.mount(&id).await;
+    write_and_delete(&target, 32 * MIB as usize);
+    let before = allocated(&h.backing_file(&id));
+    assert!(before >= 32 * MIB, "the written data is allocated in the backing file: {before}");
+
+    let mut node = reclaimspace::reclaim_space_node_client::ReclaimSpaceNodeClient::new(h.addons.clone());
+    // As upstream's sidecar calls it: no volume_path, only a staging path.
+    let response = node
+        .node_reclaim_space(reclaimspace::NodeReclaimSpaceRequest {
+            volume_id: id.clone(),
+            staging_target_path: staging.display().to_string(),
+            volume_capability: Some(mount_capability()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (pre, post) = (response.pre_usage.unwrap().usage_bytes, response.post_usage.unwrap().usage_bytes);
+    let after = allocated(&h.backing_file(&id));
+    assert_eq!(post, after, "post_usage is what the backing file now holds");
+    assert!(pre - post >= 30 * MIB, "reclaimed only {} bytes (pre {pre}, post {post})", pre - post);
+    h.unmount(&id, &staging, &target).await;
+}
+
+#[tokio::test]
+async fn controller_reclaim_space_trims_an_unmounted_volume() {
+    let h = Harness::start().await;
+    let id = h.create("reclaim-offline", 128 * MIB).await;
+    let (staging, target) = h.mount(&id).await;
+    write_and_delete(&target, 32 * MIB as usize);
+    h.unmount(&id, &staging, &target).await;
+
+    let mut controller =
+        reclaimspace::reclaim_space_controller_client::ReclaimSpaceControllerClient::new(h.addons.clone());
+    let response = controller
+        .controller_reclaim_space(reclaimspace::ControllerReclaimSpaceRequest {
+            volume_id: id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (pre, post) = (response.pre_usage.unwrap().usage_bytes, response.post_usage.unwrap().usage_bytes);
+    assert_eq!(post, allocated(&h.backing_file(&id)));
+    assert!(pre - post >= 30 * MIB, "reclaimed only {} bytes (pre {pre}, post {post})", pre - post);
+    // The private mount is gone and the loop device detached.
+    let losetup = std::process::Command::new("losetup").args(["-j"]).arg(h.backing_file(&id)).output().unwrap();
+    assert!(losetup.stdout.is_empty(), "{}", String::from_utf8_lossy(&losetup.stdout));
+
+    let missing = controller
+        .controller_reclaim_space(reclaimspace::ControllerReclaimSpaceRequest {
+            volume_id: "no-such-volume".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), tonic::Code::NotFound);
+}
+
+#[tokio::test]
+async fn key_rotation_replaces_the_volumes_key_id() {
+    let h = Harness::start().await;
+    let id = h.create("keys", 16 * MIB).await;
+    let key_id = || {
+        let state: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(h.path("state").join("state.json")).unwrap()).unwrap();
+        state["volumes"][&id]["key_id"].as_str().map(str::to_owned)
+    };
+    let mut rotation =
+        ekr::encryption_key_rotation_controller_client::EncryptionKeyRotationControllerClient::new(h.addons.clone());
+    let rotate =
+        |volume_id: &str| ekr::EncryptionKeyRotateRequest { volume_id: volume_id.into(), ..Default::default() };
+    rotation.encryption_key_rotate(rotate(&id)).await.unwrap();
+    let first = key_id().expect("a key id after the first rotation");
+    rotation.encryption_key_rotate(rotate(&id)).await.unwrap();
+    let second = key_id().unwrap();
+    assert_ne!(first, second);
+    assert_eq!(rotation.encryption_key_rotate(rotate("unknown")).await.unwrap_err().code(), tonic::Code::NotFound);
+    assert_eq!(rotation.encryption_key_rotate(rotate("")).await.unwrap_err().code(), tonic::Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn addons_identity_reports_what_the_driver_serves() {
+    let h = Harness::start().await;
+    let mut client = identity::identity_client::IdentityClient::new(h.addons.clone());
+    assert_eq!(
+        client.get_identity(identity::GetIdentityRequest {}).await.unwrap().into_inner().name,
+        "reference.csi-addons-rs.io"
+    );
+    let caps = client.get_capabilities(identity::GetCapabilitiesRequest {}).await.unwrap().into_inner().capabilities;
+    let rendered: Vec<String> = caps.iter().map(|c| format!("{:?}", c.r#type)).collect();
+    for wanted in ["ControllerService", "NodeService", "Offline", "Online", "Encryptionkeyrotation"] {
+        assert!(rendered.iter().any(|r| r.contains(wanted)), "{wanted} missing from {rendered:?}");
+    }
+}
