@@ -32,6 +32,8 @@ pub struct Config {
     /// The plugin name (reverse-domain form).
     pub name: String,
     pub node_id: String,
+    /// This node's address, for fencing: registered as a fence client, and checked on publish.
+    pub node_ip: Option<std::net::IpAddr>,
     pub state_dir: PathBuf,
     /// Total bytes volumes may take together.
     pub capacity_bytes: i64,

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod addons;
+pub mod cidr;
 pub mod controller;
 pub mod driver;
 pub mod identity;
@@ -40,6 +41,10 @@ pub struct Cli {
     /// This node's ID.
     #[arg(long, env = "NODE_ID")]
     pub node_id: String,
+    /// This node's IP address (the downward API's status.hostIP): registered as a fence client,
+    /// and publishing is refused while it is fenced.
+    #[arg(long, env = "NODE_IP")]
+    pub node_ip: Option<std::net::IpAddr>,
     /// Where volumes and state are kept.
     #[arg(long, env = "STATE_DIR", default_value = "/csi-data-dir")]
     pub state_dir: PathBuf,
@@ -71,10 +76,14 @@ pub async fn serve(cli: Cli, stop: tokio::sync::watch::Receiver<bool>) -> anyhow
     let driver = Driver::open(Config {
         name: cli.driver_name,
         node_id: cli.node_id,
+        node_ip: cli.node_ip,
         state_dir: cli.state_dir,
         capacity_bytes: cli.capacity_bytes,
         mode: cli.mode,
     })?;
+    if driver.config.mode.node() {
+        register_fence_client(&driver).await?;
+    }
     let mut csi_routes =
         tonic::service::Routes::new(csi::identity_server::IdentityServer::new(identity::Identity(driver.clone())));
     if driver.config.mode.controller() {
@@ -105,6 +114,21 @@ pub async fn serve(cli: Cli, stop: tokio::sync::watch::Receiver<bool>) -> anyhow
     addons_result?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Records this node plugin as a storage client, so GetFenceClients can report it.
+async fn register_fence_client(driver: &std::sync::Arc<Driver>) -> anyhow::Result<()> {
+    let Some(ip) = driver.config.node_ip else { return Ok(()) };
+    let address = cidr::Cidr::from(ip).to_string();
+    let node_id = driver.config.node_id.clone();
+    driver.reload().await?;
+    driver
+        .update(|state| {
+            state.clients.insert(node_id, vec![address]);
+            Ok(())
+        })
+        .await
+        .map_err(|status| anyhow::anyhow!("registering as a fence client: {}", status.message()))
 }
 
 async fn shutdown_signal() {

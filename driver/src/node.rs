@@ -109,6 +109,10 @@ impl csi::node_server::Node for Node {
         let staging = required_path("staging_target_path", &request.staging_target_path)?;
         let access_type = requested_access_type(request.volume_capability.as_ref())?;
         let volume = self.volume(&request.volume_id).await?;
+        // `volume()` just reloaded the state from disk, so a fence set by the controller counts.
+        if let Some(cidr) = crate::addons::fence::fenced_by(&self.0.snapshot().await, self.0.config.node_ip) {
+            return Err(Status::failed_precondition(format!("this node is fenced off the storage by {cidr}")));
+        }
         if mounts::is_mount_point(&target).map_err(internal)? {
             return Ok(Response::new(csi::NodePublishVolumeResponse {}));
         }

@@ -47,6 +47,13 @@ pub struct State {
     /// Volumes by ID.
     #[serde(default)]
     pub volumes: BTreeMap<String, Volume>,
+    /// CIDR blocks cut off from the storage (NetworkFence), as given.
+    #[serde(default)]
+    pub fenced_cidrs: std::collections::BTreeSet<String>,
+    /// Storage clients (node plugins) by node ID, with their addresses: what GetFenceClients
+    /// reports.
+    #[serde(default)]
+    pub clients: BTreeMap<String, Vec<String>>,
 }
 
 impl State {

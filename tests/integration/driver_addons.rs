@@ -4,7 +4,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use api::proto::csi::v1 as csi;
-use api::proto::{encryptionkeyrotation as ekr, identity, reclaimspace};
+use api::proto::{encryptionkeyrotation as ekr, fence, identity, reclaimspace};
 use tonic::transport::Channel;
 
 use crate::driver_sanity::{DriverProcess, start_driver};
@@ -29,7 +29,11 @@ struct Harness {
 
 impl Harness {
     async fn start() -> Self {
-        let driver = start_driver(&[]);
+        Self::start_with(&[]).await
+    }
+
+    async fn start_with(args: &[&str]) -> Self {
+        let driver = start_driver(args);
         let csi = unix_channel(&driver.endpoint).await.unwrap();
         let addons = unix_channel(&driver.addons_endpoint).await.unwrap();
         Harness { driver, csi, addons }
@@ -56,7 +60,14 @@ impl Harness {
 
     /// Stages and publishes `id`; returns (staging, target).
     async fn mount(&self, id: &str) -> (PathBuf, PathBuf) {
-        let (staging, target) = (self.path(&format!("staging-{id}")), self.path(&format!("target-{id}")));
+        let staging = self.stage(id).await;
+        let target = self.path(&format!("target-{id}"));
+        self.publish(id, &staging, &target).await.unwrap();
+        (staging, target)
+    }
+
+    async fn stage(&self, id: &str) -> PathBuf {
+        let staging = self.path(&format!("staging-{id}"));
         let mut node = csi::node_client::NodeClient::new(self.csi.clone());
         node.node_stage_volume(csi::NodeStageVolumeRequest {
             volume_id: id.into(),
@@ -66,6 +77,11 @@ impl Harness {
         })
         .await
         .unwrap();
+        staging
+    }
+
+    async fn publish(&self, id: &str, staging: &Path, target: &Path) -> Result<(), tonic::Status> {
+        let mut node = csi::node_client::NodeClient::new(self.csi.clone());
         node.node_publish_volume(csi::NodePublishVolumeRequest {
             volume_id: id.into(),
             staging_target_path: staging.display().to_string(),
@@ -74,8 +90,7 @@ impl Harness {
             ..Default::default()
         })
         .await
-        .unwrap();
-        (staging, target)
+        .map(|_| ())
     }
 
     async fn unmount(&self, id: &str, staging: &Path, target: &Path) {
@@ -211,5 +226,41 @@ async fn addons_identity_reports_what_the_driver_serves() {
     let rendered: Vec<String> = caps.iter().map(|c| format!("{:?}", c.r#type)).collect();
     for wanted in ["ControllerService", "NodeService", "Offline", "Online", "Encryptionkeyrotation"] {
         assert!(rendered.iter().any(|r| r.contains(wanted)), "{wanted} missing from {rendered:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_fenced_node_cannot_publish_until_unfenced() {
+    let h = Harness::start_with(&["--node-ip", "10.1.2.3"]).await;
+    let mut fences = fence::fence_controller_client::FenceControllerClient::new(h.addons.clone());
+    let clients =
+        fences.get_fence_clients(fence::GetFenceClientsRequest::default()).await.unwrap().into_inner().clients;
+    assert_eq!(clients.len(), 1);
+    assert_eq!(clients[0].id, "node-1");
+    assert_eq!(clients[0].addresses[0].cidr, "10.1.2.3/32");
+
+    let id = h.create("fenced", 16 * MIB).await;
+    let staging = h.stage(&id).await;
+    let target = h.path("fenced-target");
+    let cidrs = |list: &[&str]| list.iter().map(|c| fence::Cidr { cidr: (*c).into() }).collect::<Vec<_>>();
+    let fence_request = fence::FenceClusterNetworkRequest { cidrs: cidrs(&["10.1.2.0/24"]), ..Default::default() };
+    fences.fence_cluster_network(fence_request.clone()).await.unwrap();
+    fences.fence_cluster_network(fence_request).await.unwrap(); // idempotent
+    let listed = fences.list_cluster_fence(fence::ListClusterFenceRequest::default()).await.unwrap().into_inner().cidrs;
+    assert_eq!(listed, cidrs(&["10.1.2.0/24"]));
+
+    let refused = h.publish(&id, &staging, &target).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+    assert!(refused.message().contains("10.1.2.0/24"), "{}", refused.message());
+
+    let unfence = fence::UnfenceClusterNetworkRequest { cidrs: cidrs(&["10.1.2.0/24"]), ..Default::default() };
+    fences.unfence_cluster_network(unfence).await.unwrap();
+    h.publish(&id, &staging, &target).await.unwrap();
+    h.unmount(&id, &staging, &target).await;
+
+    for bad in [vec![], cidrs(&["10.1.2.0/33"]), cidrs(&["not-an-address"])] {
+        let request = fence::FenceClusterNetworkRequest { cidrs: bad.clone(), ..Default::default() };
+        let err = fences.fence_cluster_network(request).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{bad:?}");
     }
 }

@@ -1,11 +1,12 @@
 //! The CSI-Addons services, served on their own socket as drivers conventionally do.
 use std::sync::Arc;
 
-use api::proto::{encryptionkeyrotation, identity as addons_identity, reclaimspace};
+use api::proto::{encryptionkeyrotation, fence as fence_pb, identity as addons_identity, reclaimspace};
 use tonic::service::Routes;
 
 use crate::driver::Driver;
 
+pub mod fence;
 mod identity;
 mod keyrotation;
 mod reclaim;
@@ -15,9 +16,11 @@ pub fn routes(driver: &Arc<Driver>) -> Routes {
     let mut routes =
         Routes::new(addons_identity::identity_server::IdentityServer::new(identity::Identity(driver.clone())));
     if driver.config.mode.controller() {
-        routes = routes.add_service(reclaimspace::reclaim_space_controller_server::ReclaimSpaceControllerServer::new(
-            reclaim::Reclaim(driver.clone()),
-        ));
+        routes = routes
+            .add_service(reclaimspace::reclaim_space_controller_server::ReclaimSpaceControllerServer::new(
+                reclaim::Reclaim(driver.clone()),
+            ))
+            .add_service(fence_pb::fence_controller_server::FenceControllerServer::new(fence::Fence(driver.clone())));
     }
     if driver.config.mode.node() {
         routes = routes
