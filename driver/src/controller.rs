@@ -66,7 +66,7 @@ fn check_parameters(parameters: &std::collections::HashMap<String, String>) -> R
     }
 }
 
-fn to_csi(volume: &Volume) -> csi::Volume {
+pub fn to_csi(volume: &Volume) -> csi::Volume {
     csi::Volume { volume_id: volume.id.clone(), capacity_bytes: volume.capacity_bytes, ..Default::default() }
 }
 
@@ -154,6 +154,12 @@ impl csi::controller_server::Controller for Controller {
         let layout = self.0.layout.clone();
         self.0
             .update(|state| {
+                if let Some(group) = state.groups.values().find(|g| g.volume_ids.contains(&id)) {
+                    return Err(Status::failed_precondition(format!(
+                        "volume {id} is in volume group {}; remove it from the group first",
+                        group.id
+                    )));
+                }
                 layout
                     .remove_volume_file(&id)
                     .map_err(|e| Status::internal(format!("removing the volume's file: {e}")))?;
@@ -191,30 +197,13 @@ impl csi::controller_server::Controller for Controller {
         request: Request<csi::ListVolumesRequest>,
     ) -> Result<Response<csi::ListVolumesResponse>, Status> {
         let request = request.into_inner();
-        let start = if request.starting_token.is_empty() {
-            0
-        } else {
-            request
-                .starting_token
-                .parse::<usize>()
-                .map_err(|_| Status::aborted(format!("invalid starting_token {:?}", request.starting_token)))?
-        };
         let state = self.0.snapshot().await;
-        if start > state.volumes.len() {
-            return Err(Status::aborted(format!("starting_token {start} is past the end")));
-        }
-        let max = usize::try_from(request.max_entries)
-            .map_err(|_| Status::invalid_argument("max_entries must not be negative"))?;
-        let take = if max == 0 { usize::MAX } else { max };
-        let entries: Vec<csi::list_volumes_response::Entry> = state
-            .volumes
-            .values()
-            .skip(start)
-            .take(take)
+        let volumes: Vec<&Volume> = state.volumes.values().collect();
+        let (page, next_token) = crate::paging::page(&volumes, &request.starting_token, request.max_entries)?;
+        let entries = page
+            .into_iter()
             .map(|v| csi::list_volumes_response::Entry { volume: Some(to_csi(v)), status: None })
             .collect();
-        let next = start + entries.len();
-        let next_token = if next < state.volumes.len() { next.to_string() } else { String::new() };
         Ok(Response::new(csi::ListVolumesResponse { entries, next_token }))
     }
 

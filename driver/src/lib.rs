@@ -13,6 +13,7 @@ pub mod driver;
 pub mod identity;
 pub mod mounts;
 pub mod node;
+pub mod paging;
 pub mod server;
 pub mod space;
 pub mod state;

@@ -41,6 +41,18 @@ pub struct Volume {
     pub key_id: Option<String>,
 }
 
+/// A volume group (CSI-Addons VolumeGroup).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Group {
+    pub id: String,
+    pub name: String,
+    #[serde(default)]
+    pub parameters: BTreeMap<String, String>,
+    /// Member volumes, in the order they were given.
+    #[serde(default)]
+    pub volume_ids: Vec<String>,
+}
+
 /// The whole state document.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct State {
@@ -54,6 +66,9 @@ pub struct State {
     /// reports.
     #[serde(default)]
     pub clients: BTreeMap<String, Vec<String>>,
+    /// Volume groups by ID.
+    #[serde(default)]
+    pub groups: BTreeMap<String, Group>,
 }
 
 impl State {

@@ -4,7 +4,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use api::proto::csi::v1 as csi;
-use api::proto::{encryptionkeyrotation as ekr, fence, identity, reclaimspace};
+use api::proto::{encryptionkeyrotation as ekr, fence, identity, reclaimspace, volumegroup as vg};
 use tonic::transport::Channel;
 
 use crate::driver_sanity::{DriverProcess, start_driver};
@@ -263,4 +263,98 @@ async fn a_fenced_node_cannot_publish_until_unfenced() {
         let err = fences.fence_cluster_network(request).await.unwrap_err();
         assert_eq!(err.code(), tonic::Code::InvalidArgument, "{bad:?}");
     }
+}
+
+#[tokio::test]
+async fn volume_group_membership_changes_and_its_rules() {
+    let h = Harness::start().await;
+    let (a, b, c) = (h.create("g-a", MIB).await, h.create("g-b", MIB).await, h.create("g-c", MIB).await);
+    let mut groups = vg::controller_client::ControllerClient::new(h.addons.clone());
+    let members = |group: &vg::VolumeGroup| {
+        let mut ids: Vec<String> = group.volumes.iter().map(|v| v.volume_id.clone()).collect();
+        ids.sort();
+        ids
+    };
+    let sorted = |mut ids: Vec<String>| {
+        ids.sort();
+        ids
+    };
+    let create = |name: &str, ids: Vec<String>| vg::CreateVolumeGroupRequest {
+        name: name.into(),
+        volume_ids: ids,
+        ..Default::default()
+    };
+
+    let group = groups
+        .create_volume_group(create("group-1", vec![a.clone(), b.clone()]))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume_group
+        .unwrap();
+    assert_eq!(members(&group), sorted(vec![a.clone(), b.clone()]));
+    let again = groups
+        .create_volume_group(create("group-1", vec![a.clone(), b.clone()]))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume_group
+        .unwrap();
+    assert_eq!(again.volume_group_id, group.volume_group_id, "create is idempotent");
+    let clash = groups.create_volume_group(create("group-1", vec![a.clone()])).await.unwrap_err();
+    assert_eq!(clash.code(), tonic::Code::AlreadyExists);
+    let taken = groups.create_volume_group(create("group-2", vec![b.clone()])).await.unwrap_err();
+    assert_eq!(taken.code(), tonic::Code::FailedPrecondition, "a volume is in one group at most");
+
+    let mut controller = csi::controller_client::ControllerClient::new(h.csi.clone());
+    let in_group = controller
+        .delete_volume(csi::DeleteVolumeRequest { volume_id: a.clone(), ..Default::default() })
+        .await
+        .unwrap_err();
+    assert_eq!(in_group.code(), tonic::Code::FailedPrecondition);
+
+    let modify = |ids: Vec<String>| vg::ModifyVolumeGroupMembershipRequest {
+        volume_group_id: group.volume_group_id.clone(),
+        volume_ids: ids,
+        ..Default::default()
+    };
+    let modified = groups
+        .modify_volume_group_membership(modify(vec![b.clone(), c.clone()]))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume_group
+        .unwrap();
+    assert_eq!(members(&modified), sorted(vec![b.clone(), c.clone()]));
+    let got = groups
+        .controller_get_volume_group(vg::ControllerGetVolumeGroupRequest {
+            volume_group_id: group.volume_group_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .volume_group
+        .unwrap();
+    assert_eq!(members(&got), sorted(vec![b.clone(), c.clone()]));
+    // a left the group, so it can be deleted now.
+    controller.delete_volume(csi::DeleteVolumeRequest { volume_id: a.clone(), ..Default::default() }).await.unwrap();
+
+    let delete =
+        || vg::DeleteVolumeGroupRequest { volume_group_id: group.volume_group_id.clone(), ..Default::default() };
+    assert_eq!(groups.delete_volume_group(delete()).await.unwrap_err().code(), tonic::Code::FailedPrecondition);
+    groups.modify_volume_group_membership(modify(vec![])).await.unwrap();
+    groups.delete_volume_group(delete()).await.unwrap();
+    groups.delete_volume_group(delete()).await.unwrap(); // idempotent
+    let gone = groups
+        .controller_get_volume_group(vg::ControllerGetVolumeGroupRequest {
+            volume_group_id: group.volume_group_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(gone.code(), tonic::Code::NotFound);
+    let missing_volume =
+        groups.create_volume_group(create("group-3", vec!["no-such-volume".into()])).await.unwrap_err();
+    assert_eq!(missing_volume.code(), tonic::Code::NotFound);
 }

@@ -1,12 +1,13 @@
 //! The CSI-Addons services, served on their own socket as drivers conventionally do.
 use std::sync::Arc;
 
-use api::proto::{encryptionkeyrotation, fence as fence_pb, identity as addons_identity, reclaimspace};
+use api::proto::{encryptionkeyrotation, fence as fence_pb, identity as addons_identity, reclaimspace, volumegroup};
 use tonic::service::Routes;
 
 use crate::driver::Driver;
 
 pub mod fence;
+mod group;
 mod identity;
 mod keyrotation;
 mod reclaim;
@@ -20,7 +21,8 @@ pub fn routes(driver: &Arc<Driver>) -> Routes {
             .add_service(reclaimspace::reclaim_space_controller_server::ReclaimSpaceControllerServer::new(
                 reclaim::Reclaim(driver.clone()),
             ))
-            .add_service(fence_pb::fence_controller_server::FenceControllerServer::new(fence::Fence(driver.clone())));
+            .add_service(fence_pb::fence_controller_server::FenceControllerServer::new(fence::Fence(driver.clone())))
+            .add_service(volumegroup::controller_server::ControllerServer::new(group::Groups(driver.clone())));
     }
     if driver.config.mode.node() {
         routes = routes
