@@ -107,8 +107,14 @@ pub async fn serve(cli: Cli, stop: tokio::sync::watch::Receiver<bool>) -> anyhow
     let addons_server = tonic::transport::Server::builder()
         .layer(server::LogFailuresLayer)
         .add_routes(addons::routes(&driver))
-        .serve_with_incoming_shutdown(addons_incoming, until_stopped(stop));
-    let (csi_result, addons_result) = tokio::join!(csi_server, addons_server);
+        .serve_with_incoming_shutdown(addons_incoming, until_stopped(stop.clone()));
+    let stop_schedule = stop;
+    let schedule = async {
+        if driver.config.mode.controller() {
+            addons::replication::Replicator(driver.clone()).run_schedule(stop_schedule).await;
+        }
+    };
+    let (csi_result, addons_result, ()) = tokio::join!(csi_server, addons_server, schedule);
     let _ = std::fs::remove_file(&csi_socket);
     let _ = std::fs::remove_file(&addons_socket);
     csi_result?;

@@ -58,6 +58,46 @@ pub fn punch_zero_ranges(file: &Path) -> std::io::Result<()> {
     f.sync_all()
 }
 
+/// Copies `from` to `to` (replaced atomically), writing only the allocated ranges so holes stay
+/// holes. Returns the bytes of data copied.
+pub fn sparse_copy(from: &Path, to: &Path) -> std::io::Result<u64> {
+    use std::io::Write;
+    let mut source = std::fs::File::open(from)?;
+    let len = source.metadata()?.len();
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let tmp = to.with_extension("partial");
+    let mut dest = std::fs::File::create(&tmp)?;
+    dest.set_len(len)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut copied = 0u64;
+    let mut offset = 0u64;
+    while offset < len {
+        let data = match nix::unistd::lseek(&source, to_off(offset)?, Whence::SeekData) {
+            Ok(pos) => u64::try_from(pos).map_err(std::io::Error::other)?,
+            Err(nix::errno::Errno::ENXIO) => break,
+            Err(e) => return Err(e.into()),
+        };
+        let hole = u64::try_from(nix::unistd::lseek(&source, to_off(data)?, Whence::SeekHole)?)
+            .map_err(std::io::Error::other)?;
+        let mut at = data;
+        source.seek(SeekFrom::Start(at))?;
+        dest.seek(SeekFrom::Start(at))?;
+        while at < hole {
+            let n = usize::try_from((hole - at).min(buf.len() as u64)).map_err(std::io::Error::other)?;
+            source.read_exact(&mut buf[..n])?;
+            dest.write_all(&buf[..n])?;
+            at += n as u64;
+            copied += n as u64;
+        }
+        offset = hole;
+    }
+    dest.sync_all()?;
+    std::fs::rename(&tmp, to)?;
+    Ok(copied)
+}
+
 fn to_off(n: u64) -> std::io::Result<i64> {
     i64::try_from(n).map_err(std::io::Error::other)
 }

@@ -53,6 +53,38 @@ pub struct Group {
     pub volume_ids: Vec<String>,
 }
 
+/// The replication role of a source on this site.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Primary,
+    Secondary,
+}
+
+/// The outcome of the last copy to the second site.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncRecord {
+    /// When it finished, in milliseconds since the Unix epoch.
+    pub finished_unix_ms: i64,
+    pub bytes: i64,
+    pub duration_ms: i64,
+}
+
+/// A replicated volume or volume group.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Replication {
+    pub role: Role,
+    /// Seconds between syncs while primary.
+    pub interval_secs: u64,
+    /// The replica's volume ID on the second site, per source volume ID.
+    pub destinations: BTreeMap<String, String>,
+    /// For a group: the group's ID on the second site.
+    #[serde(default)]
+    pub destination_group_id: Option<String>,
+    #[serde(default)]
+    pub last_sync: Option<SyncRecord>,
+}
+
 /// The whole state document.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct State {
@@ -69,6 +101,9 @@ pub struct State {
     /// Volume groups by ID.
     #[serde(default)]
     pub groups: BTreeMap<String, Group>,
+    /// Replications by source: `volume/<id>` or `volumegroup/<id>`.
+    #[serde(default)]
+    pub replications: BTreeMap<String, Replication>,
 }
 
 impl State {

@@ -4,7 +4,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use api::proto::csi::v1 as csi;
-use api::proto::{encryptionkeyrotation as ekr, fence, identity, reclaimspace, volumegroup as vg};
+use api::proto::{encryptionkeyrotation as ekr, fence, identity, reclaimspace, replication as repl, volumegroup as vg};
 use tonic::transport::Channel;
 
 use crate::driver_sanity::{DriverProcess, start_driver};
@@ -224,7 +224,19 @@ async fn addons_identity_reports_what_the_driver_serves() {
     );
     let caps = client.get_capabilities(identity::GetCapabilitiesRequest {}).await.unwrap().into_inner().capabilities;
     let rendered: Vec<String> = caps.iter().map(|c| format!("{:?}", c.r#type)).collect();
-    for wanted in ["ControllerService", "NodeService", "Offline", "Online", "Encryptionkeyrotation"] {
+    for wanted in [
+        "ControllerService",
+        "NodeService",
+        "Offline",
+        "Online",
+        "Encryptionkeyrotation",
+        "NetworkFence { r#type: NetworkFence }",
+        "GetClientsToFence",
+        "VolumeReplication { r#type: VolumeReplication }",
+        "GetReplicationDestinationInfo",
+        "VolumeGroup { r#type: VolumeGroup }",
+        "LimitVolumeToOneVolumeGroup",
+    ] {
         assert!(rendered.iter().any(|r| r.contains(wanted)), "{wanted} missing from {rendered:?}");
     }
 }
@@ -357,4 +369,131 @@ async fn volume_group_membership_changes_and_its_rules() {
     let missing_volume =
         groups.create_volume_group(create("group-3", vec!["no-such-volume".into()])).await.unwrap_err();
     assert_eq!(missing_volume.code(), tonic::Code::NotFound);
+}
+
+/// Writes a file of `bytes` with a recognisable pattern through a real mount, then unmounts so the
+/// backing file holds everything and nothing writes to it any more.
+async fn write_through_mount(h: &Harness, id: &str, file: &str, bytes: usize) {
+    let (staging, target) = h.mount(id).await;
+    let mut f = std::fs::File::create(target.join(file)).unwrap();
+    let chunk: Vec<u8> = (0..MIB as usize).map(|i| (i * 7 % 253) as u8).collect();
+    for _ in 0..bytes / MIB as usize {
+        f.write_all(&chunk).unwrap();
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    h.unmount(id, &staging, &target).await;
+}
+
+#[tokio::test]
+async fn replication_copies_volume_data_to_the_second_site() {
+    let h = Harness::start().await;
+    let id = h.create("replicated", 64 * MIB).await;
+    write_through_mount(&h, &id, "first.bin", 8 * MIB as usize).await;
+
+    let mut client = repl::controller_client::ControllerClient::new(h.addons.clone());
+    let source = || {
+        Some(repl::ReplicationSource {
+            r#type: Some(repl::replication_source::Type::Volume(repl::replication_source::VolumeSource {
+                volume_id: id.clone(),
+            })),
+        })
+    };
+    let parameters = std::collections::HashMap::from([("schedulingInterval".to_owned(), "1s".to_owned())]);
+    let enable = repl::EnableVolumeReplicationRequest {
+        parameters: parameters.clone(),
+        replication_source: source(),
+        ..Default::default()
+    };
+    client.enable_volume_replication(enable.clone()).await.unwrap();
+    client.enable_volume_replication(enable).await.unwrap(); // idempotent
+
+    let destination = client
+        .get_replication_destination_info(repl::GetReplicationDestinationInfoRequest {
+            replication_source: source(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .replication_destination
+        .unwrap();
+    let Some(repl::replication_destination::Type::Volume(dest)) = destination.r#type else { panic!("{destination:?}") };
+    let replica = h.path("state").join("site-b").join("volumes").join(format!("{}.img", dest.volume_id));
+    assert!(
+        std::fs::read(h.backing_file(&id)).unwrap() == std::fs::read(&replica).unwrap(),
+        "the replica differs from the volume"
+    );
+
+    let info = |client: &mut repl::controller_client::ControllerClient<Channel>| {
+        let request = repl::GetVolumeReplicationInfoRequest { replication_source: source(), ..Default::default() };
+        let mut client = client.clone();
+        async move { client.get_volume_replication_info(request).await.map(tonic::Response::into_inner) }
+    };
+    let first = info(&mut client).await.unwrap();
+    assert!(first.last_sync_bytes >= 8 * MIB, "{first:?}");
+    assert_eq!(first.status, repl::get_volume_replication_info_response::Status::Healthy as i32);
+
+    // New data is picked up by the schedule (every second here).
+    write_through_mount(&h, &id, "second.bin", 4 * MIB as usize).await;
+    let written = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let now = info(&mut client).await.unwrap();
+        if now.last_sync_time.as_ref().unwrap().seconds > written {
+            assert!(now.last_sync_bytes >= 12 * MIB, "{now:?}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no sync after the second write: {now:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(
+        std::fs::read(h.backing_file(&id)).unwrap() == std::fs::read(&replica).unwrap(),
+        "the replica missed the second write"
+    );
+
+    let resync = || repl::ResyncVolumeRequest { replication_source: source(), ..Default::default() };
+    assert_eq!(
+        client.resync_volume(resync()).await.unwrap_err().code(),
+        tonic::Code::FailedPrecondition,
+        "a primary does not resync"
+    );
+    client
+        .demote_volume(repl::DemoteVolumeRequest { replication_source: source(), ..Default::default() })
+        .await
+        .unwrap();
+    assert!(client.resync_volume(resync()).await.unwrap().into_inner().ready);
+    client
+        .promote_volume(repl::PromoteVolumeRequest { replication_source: source(), ..Default::default() })
+        .await
+        .unwrap();
+
+    client
+        .disable_volume_replication(repl::DisableVolumeReplicationRequest {
+            replication_source: source(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(!replica.exists(), "disabling removes the replica");
+    assert_eq!(info(&mut client).await.unwrap_err().code(), tonic::Code::FailedPrecondition);
+    let promote =
+        client.promote_volume(repl::PromoteVolumeRequest { replication_source: source(), ..Default::default() }).await;
+    assert_eq!(promote.unwrap_err().code(), tonic::Code::FailedPrecondition);
+
+    let bad_interval = repl::EnableVolumeReplicationRequest {
+        parameters: std::collections::HashMap::from([("schedulingInterval".to_owned(), "soon".to_owned())]),
+        replication_source: source(),
+        ..Default::default()
+    };
+    assert_eq!(client.enable_volume_replication(bad_interval).await.unwrap_err().code(), tonic::Code::InvalidArgument);
+    let unknown = repl::EnableVolumeReplicationRequest {
+        replication_source: Some(repl::ReplicationSource {
+            r#type: Some(repl::replication_source::Type::Volume(repl::replication_source::VolumeSource {
+                volume_id: "nope".into(),
+            })),
+        }),
+        ..Default::default()
+    };
+    assert_eq!(client.enable_volume_replication(unknown).await.unwrap_err().code(), tonic::Code::NotFound);
 }

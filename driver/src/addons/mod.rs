@@ -1,7 +1,10 @@
 //! The CSI-Addons services, served on their own socket as drivers conventionally do.
 use std::sync::Arc;
 
-use api::proto::{encryptionkeyrotation, fence as fence_pb, identity as addons_identity, reclaimspace, volumegroup};
+use api::proto::{
+    encryptionkeyrotation, fence as fence_pb, identity as addons_identity, reclaimspace, replication as replication_pb,
+    volumegroup,
+};
 use tonic::service::Routes;
 
 use crate::driver::Driver;
@@ -11,6 +14,7 @@ mod group;
 mod identity;
 mod keyrotation;
 mod reclaim;
+pub mod replication;
 
 /// Every CSI-Addons service this driver's mode offers.
 pub fn routes(driver: &Arc<Driver>) -> Routes {
@@ -22,7 +26,10 @@ pub fn routes(driver: &Arc<Driver>) -> Routes {
                 reclaim::Reclaim(driver.clone()),
             ))
             .add_service(fence_pb::fence_controller_server::FenceControllerServer::new(fence::Fence(driver.clone())))
-            .add_service(volumegroup::controller_server::ControllerServer::new(group::Groups(driver.clone())));
+            .add_service(volumegroup::controller_server::ControllerServer::new(group::Groups(driver.clone())))
+            .add_service(replication_pb::controller_server::ControllerServer::new(replication::Replicator(
+                driver.clone(),
+            )));
     }
     if driver.config.mode.node() {
         routes = routes
