@@ -497,3 +497,84 @@ async fn replication_copies_volume_data_to_the_second_site() {
     };
     assert_eq!(client.enable_volume_replication(unknown).await.unwrap_err().code(), tonic::Code::NotFound);
 }
+
+#[tokio::test]
+async fn hostile_input_gets_clear_errors_and_writes_nothing_outside_the_state_dir() {
+    let h = Harness::start().await;
+    let listing = |dir: &Path| {
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    };
+    let outside = h.driver.dir.path().join("outside.txt");
+    std::fs::write(&outside, "keep me").unwrap();
+    let before = listing(h.driver.dir.path());
+
+    let mut controller = csi::controller_client::ControllerClient::new(h.csi.clone());
+    let create = |name: String, parameters: &[(&str, &str)]| csi::CreateVolumeRequest {
+        name,
+        capacity_range: Some(csi::CapacityRange { required_bytes: MIB, limit_bytes: 0 }),
+        volume_capabilities: vec![mount_capability()],
+        parameters: parameters.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+        ..Default::default()
+    };
+    let code = |r: Result<tonic::Response<csi::CreateVolumeResponse>, tonic::Status>| r.map(|_| ()).unwrap_err().code();
+    assert_eq!(code(controller.create_volume(create(String::new(), &[])).await), tonic::Code::InvalidArgument);
+    assert_eq!(code(controller.create_volume(create("n".repeat(129), &[])).await), tonic::Code::InvalidArgument);
+    assert_eq!(
+        code(controller.create_volume(create("ok".into(), &[("replicas", "3")])).await),
+        tonic::Code::InvalidArgument
+    );
+    let with_provisioner_keys = create(
+        "named-by-provisioner".into(),
+        &[("csi.storage.k8s.io/pvc/name", "data"), ("csi.storage.k8s.io/pvc/namespace", "ns")],
+    );
+    controller.create_volume(with_provisioner_keys).await.unwrap();
+    controller.create_volume(create("../../escape".into(), &[])).await.unwrap(); // names never become paths
+
+    for id in ["../outside.txt", "../../etc/passwd", "..", "a/b", ".state"] {
+        controller
+            .delete_volume(csi::DeleteVolumeRequest { volume_id: id.into(), ..Default::default() })
+            .await
+            .unwrap();
+        let validate = csi::ValidateVolumeCapabilitiesRequest {
+            volume_id: id.into(),
+            volume_capabilities: vec![mount_capability()],
+            ..Default::default()
+        };
+        assert_eq!(
+            controller.validate_volume_capabilities(validate).await.unwrap_err().code(),
+            tonic::Code::NotFound,
+            "{id}"
+        );
+        let mut node = csi::node_client::NodeClient::new(h.csi.clone());
+        let stage = csi::NodeStageVolumeRequest {
+            volume_id: id.into(),
+            staging_target_path: h.path("staging-hostile").display().to_string(),
+            volume_capability: Some(mount_capability()),
+            ..Default::default()
+        };
+        assert_eq!(node.node_stage_volume(stage).await.unwrap_err().code(), tonic::Code::NotFound, "{id}");
+        let mut reclaim =
+            reclaimspace::reclaim_space_controller_client::ReclaimSpaceControllerClient::new(h.addons.clone());
+        let request = reclaimspace::ControllerReclaimSpaceRequest { volume_id: id.into(), ..Default::default() };
+        assert_eq!(reclaim.controller_reclaim_space(request).await.unwrap_err().code(), tonic::Code::NotFound, "{id}");
+        let mut rotation = ekr::encryption_key_rotation_controller_client::EncryptionKeyRotationControllerClient::new(
+            h.addons.clone(),
+        );
+        let request = ekr::EncryptionKeyRotateRequest { volume_id: id.into(), ..Default::default() };
+        assert_eq!(rotation.encryption_key_rotate(request).await.unwrap_err().code(), tonic::Code::NotFound, "{id}");
+    }
+    let mut node = csi::node_client::NodeClient::new(h.csi.clone());
+    let relative = csi::NodeStageVolumeRequest {
+        volume_id: "x".into(),
+        staging_target_path: "relative/../path".into(),
+        volume_capability: Some(mount_capability()),
+        ..Default::default()
+    };
+    assert_eq!(node.node_stage_volume(relative).await.unwrap_err().code(), tonic::Code::InvalidArgument);
+
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep me");
+    assert_eq!(listing(h.driver.dir.path()), before, "entries appeared or vanished next to the state dir");
+}

@@ -48,26 +48,36 @@ fn csi_sanity(args: &[String]) -> (bool, String) {
 }
 
 #[test]
-fn the_driver_passes_csi_sanity() {
+fn the_driver_passes_csi_sanity_with_filesystem_volumes() {
+    passes_csi_sanity("mount");
+}
+
+#[test]
+fn the_driver_passes_csi_sanity_with_raw_block_volumes() {
+    passes_csi_sanity("block");
+}
+
+fn passes_csi_sanity(access_type: &str) {
     let driver = start_driver(&[]);
     let (ok, output) = csi_sanity(&[
         format!("--csi.endpoint={}", driver.endpoint),
         format!("--csi.mountdir={}", driver.dir.path().join("mnt").display()),
         format!("--csi.stagingdir={}", driver.dir.path().join("staging").display()),
+        format!("--csi.testvolumeaccesstype={access_type}"),
     ]);
     let summary =
         output.lines().filter(|l| l.contains("Passed") && l.contains("Failed")).collect::<Vec<_>>().join("\n");
     assert!(ok, "csi-sanity failed:\n{output}");
     assert!(summary.contains("0 Failed"), "{summary}");
-    eprintln!("csi-sanity: {summary}");
+    eprintln!("csi-sanity ({access_type}): {summary}");
 }
 
 #[tokio::test]
-async fn volumes_survive_kill_9_of_the_driver() {
+async fn volumes_fences_groups_and_replications_survive_kill_9_of_the_driver() {
     use api::proto::csi::v1 as csi;
     use csi::controller_client::ControllerClient;
 
-    let mut driver = start_driver(&["--mode", "controller"]);
+    let mut driver = start_driver(&[]);
     let capability = csi::VolumeCapability {
         access_mode: Some(csi::volume_capability::AccessMode {
             mode: csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
@@ -86,6 +96,33 @@ async fn volumes_survive_kill_9_of_the_driver() {
         created.push(client.create_volume(request).await.unwrap().into_inner().volume.unwrap().volume_id);
     }
     created.sort();
+    // Fence, group and replication state too.
+    use api::proto::{fence, replication as repl, volumegroup as vg};
+    let addons = crate::support::unix_channel(&driver.addons_endpoint).await.unwrap();
+    let cidr = fence::Cidr { cidr: "192.0.2.0/24".into() };
+    let fence_request = fence::FenceClusterNetworkRequest { cidrs: vec![cidr.clone()], ..Default::default() };
+    fence::fence_controller_client::FenceControllerClient::new(addons.clone())
+        .fence_cluster_network(fence_request)
+        .await
+        .unwrap();
+    let group =
+        vg::CreateVolumeGroupRequest { name: "g".into(), volume_ids: vec![created[0].clone()], ..Default::default() };
+    let group_id = vg::controller_client::ControllerClient::new(addons.clone())
+        .create_volume_group(group)
+        .await
+        .unwrap()
+        .into_inner()
+        .volume_group
+        .unwrap()
+        .volume_group_id;
+    let source = repl::ReplicationSource {
+        r#type: Some(repl::replication_source::Type::Volume(repl::replication_source::VolumeSource {
+            volume_id: created[1].clone(),
+        })),
+    };
+    let enable =
+        repl::EnableVolumeReplicationRequest { replication_source: Some(source.clone()), ..Default::default() };
+    repl::controller_client::ControllerClient::new(addons).enable_volume_replication(enable).await.unwrap();
 
     // SIGKILL: no shutdown path runs.
     driver.child.kill().unwrap();
@@ -93,7 +130,7 @@ async fn volumes_survive_kill_9_of_the_driver() {
     let state_dir = driver.dir.path().join("state");
     let restarted = std::process::Command::new(workspace_binary("reference-driver"))
         .args(["--endpoint", &driver.endpoint, "--addons-endpoint", &driver.addons_endpoint])
-        .args(["--node-id", "node-1", "--mode", "controller", "--state-dir"])
+        .args(["--node-id", "node-1", "--state-dir"])
         .arg(&state_dir)
         .stdout(Stdio::null())
         .spawn()
@@ -117,4 +154,26 @@ async fn volumes_survive_kill_9_of_the_driver() {
     for id in &created {
         assert!(state_dir.join("volumes").join(format!("{id}.img")).exists(), "data of {id} lost");
     }
+    let addons = crate::support::unix_channel(&driver.addons_endpoint).await.unwrap();
+    let fenced = fence::fence_controller_client::FenceControllerClient::new(addons.clone())
+        .list_cluster_fence(fence::ListClusterFenceRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .cidrs;
+    assert_eq!(fenced, vec![cidr], "fence lost");
+    let get = vg::ControllerGetVolumeGroupRequest { volume_group_id: group_id, ..Default::default() };
+    let members = vg::controller_client::ControllerClient::new(addons.clone())
+        .controller_get_volume_group(get)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(members.volume_group.unwrap().volumes.len(), 1, "group lost");
+    let info = repl::GetVolumeReplicationInfoRequest { replication_source: Some(source), ..Default::default() };
+    let info = repl::controller_client::ControllerClient::new(addons)
+        .get_volume_replication_info(info)
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(info.last_sync_time.is_some(), "replication lost");
 }
