@@ -106,10 +106,16 @@ impl Driver {
         Ok(state.clone())
     }
 
-    /// Applies `change` to a copy of the state and saves it; the change takes effect only once it
-    /// is on disk, so a failed save (or an error from `change`) leaves nothing half-done.
+    /// Applies `change` to a copy of the current state on disk and saves it; the change takes effect
+    /// only once it is on disk, so a failed save (or an error from `change`) leaves nothing
+    /// half-done.
     pub async fn update<R>(&self, change: impl FnOnce(&mut State) -> Result<R, Status>) -> Result<R, Status> {
+        let internal = |e: StoreError| Status::internal(format!("driver state: {e}"));
         let mut state = self.state.lock().await;
+        // Read-modify-write under the cross-process lock, so a change another process made since
+        // our last read is built upon, never overwritten. Held for milliseconds.
+        let _lock = self.store.lock().map_err(internal)?;
+        *state = self.store.load().map_err(internal)?;
         let mut next = state.clone();
         let result = change(&mut next)?;
         if next != *state {

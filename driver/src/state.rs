@@ -160,6 +160,23 @@ impl Store {
         &self.dir
     }
 
+    /// Holds an exclusive lock on the state across processes (the controller and node plugins of
+    /// one machine share the directory) until the returned guard is dropped.
+    pub fn lock(&self) -> Result<nix::fcntl::Flock<std::fs::File>, StoreError> {
+        let path = self.dir.join("state.lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|source| StoreError::Io { action: "opening", path: path.clone(), source })?;
+        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, errno)| StoreError::Io {
+            action: "locking",
+            path,
+            source: errno.into(),
+        })
+    }
+
     /// The saved state, or an empty one when nothing was saved yet. A leftover temporary file from
     /// a crash mid-write is ignored: the rename never happened, so the previous state stands.
     pub fn load(&self) -> Result<State, StoreError> {
@@ -240,5 +257,24 @@ mod tests {
         std::fs::write(dir.path().join("state.json"), b"not json").unwrap();
         let err = Store::open(dir.path()).unwrap().load().unwrap_err();
         assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod lock_tests {
+    use super::*;
+
+    #[test]
+    fn the_state_lock_excludes_a_second_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let held = store.lock().unwrap();
+        // A second open file description cannot take the lock while the first holds it.
+        let other = std::fs::OpenOptions::new().write(true).open(dir.path().join("state.lock")).unwrap();
+        let attempt = nix::fcntl::Flock::lock(other, nix::fcntl::FlockArg::LockExclusiveNonblock);
+        assert!(attempt.is_err(), "the lock was taken twice");
+        drop(held);
+        let other = std::fs::OpenOptions::new().write(true).open(dir.path().join("state.lock")).unwrap();
+        assert!(nix::fcntl::Flock::lock(other, nix::fcntl::FlockArg::LockExclusiveNonblock).is_ok());
     }
 }

@@ -177,3 +177,97 @@ async fn volumes_fences_groups_and_replications_survive_kill_9_of_the_driver() {
         .into_inner();
     assert!(info.last_sync_time.is_some(), "replication lost");
 }
+
+/// A driver process in `mode` on a shared state directory, with its own sockets.
+fn start_on_state(dir: &std::path::Path, name: &str, args: &[&str]) -> (Child, String, String) {
+    let endpoint = format!("unix://{}", dir.join(format!("{name}.sock")).display());
+    let addons = format!("unix://{}", dir.join(format!("{name}-addons.sock")).display());
+    let child = Command::new(workspace_binary("reference-driver"))
+        .args(["--endpoint", &endpoint, "--addons-endpoint", &addons, "--node-id", "node-1", "--state-dir"])
+        .arg(dir.join("state"))
+        .args(args)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !dir.join(format!("{name}-addons.sock")).exists() {
+        assert!(Instant::now() < deadline, "{name} did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (child, endpoint, addons)
+}
+
+#[tokio::test]
+async fn controller_and_node_processes_share_one_state_without_losing_writes() {
+    use api::proto::csi::v1 as csi;
+    use api::proto::fence;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut controller, controller_csi, controller_addons) =
+        start_on_state(dir.path(), "controller", &["--mode", "controller"]);
+    let (mut node, node_csi, _) = start_on_state(dir.path(), "node", &["--mode", "node", "--node-ip", "198.51.100.7"]);
+
+    let capability = csi::VolumeCapability {
+        access_mode: Some(csi::volume_capability::AccessMode {
+            mode: csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
+        }),
+        access_type: Some(csi::volume_capability::AccessType::Mount(Default::default())),
+    };
+    let create = csi::CreateVolumeRequest {
+        name: "shared".into(),
+        capacity_range: Some(csi::CapacityRange { required_bytes: 16 << 20, limit_bytes: 0 }),
+        volume_capabilities: vec![capability.clone()],
+        ..Default::default()
+    };
+    let channel = crate::support::unix_channel(&controller_csi).await.unwrap();
+    let id = csi::controller_client::ControllerClient::new(channel)
+        .create_volume(create)
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap()
+        .volume_id;
+
+    // The controller fences after the node registered itself: both writes must stand.
+    let addons = crate::support::unix_channel(&controller_addons).await.unwrap();
+    let mut fences = fence::fence_controller_client::FenceControllerClient::new(addons);
+    let request = fence::FenceClusterNetworkRequest {
+        cidrs: vec![fence::Cidr { cidr: "198.51.100.0/24".into() }],
+        ..Default::default()
+    };
+    fences.fence_cluster_network(request).await.unwrap();
+    let clients =
+        fences.get_fence_clients(fence::GetFenceClientsRequest::default()).await.unwrap().into_inner().clients;
+    assert_eq!(
+        clients.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+        ["node-1"],
+        "the node's registration was lost"
+    );
+
+    // The node process sees the controller's volume and its fence.
+    let mut node_client = csi::node_client::NodeClient::new(crate::support::unix_channel(&node_csi).await.unwrap());
+    let staging = dir.path().join("staging");
+    let stage = csi::NodeStageVolumeRequest {
+        volume_id: id.clone(),
+        staging_target_path: staging.display().to_string(),
+        volume_capability: Some(capability.clone()),
+        ..Default::default()
+    };
+    node_client.node_stage_volume(stage).await.unwrap();
+    let publish = csi::NodePublishVolumeRequest {
+        volume_id: id.clone(),
+        staging_target_path: staging.display().to_string(),
+        target_path: dir.path().join("target").display().to_string(),
+        volume_capability: Some(capability),
+        ..Default::default()
+    };
+    let refused = node_client.node_publish_volume(publish).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+    let unstage = csi::NodeUnstageVolumeRequest { volume_id: id, staging_target_path: staging.display().to_string() };
+    node_client.node_unstage_volume(unstage).await.unwrap();
+
+    for child in [&mut controller, &mut node] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
