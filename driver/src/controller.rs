@@ -67,7 +67,12 @@ fn check_parameters(parameters: &std::collections::HashMap<String, String>) -> R
 }
 
 pub fn to_csi(volume: &Volume) -> csi::Volume {
-    csi::Volume { volume_id: volume.id.clone(), capacity_bytes: volume.capacity_bytes, ..Default::default() }
+    csi::Volume {
+        volume_id: volume.id.clone(),
+        capacity_bytes: volume.capacity_bytes,
+        content_source: volume.content_source.as_deref().and_then(crate::snapshots::to_csi_source),
+        ..Default::default()
+    }
 }
 
 fn capability(rpc: Rpc) -> csi::ControllerServiceCapability {
@@ -89,9 +94,19 @@ impl csi::controller_server::Controller for Controller {
         let access_type = access_type(&request.volume_capabilities)?;
         let bytes = volume_bytes(request.capacity_range.as_ref())?;
         check_parameters(&request.parameters)?;
-        if request.volume_content_source.is_some() {
-            return Err(Status::invalid_argument("creating a volume from a snapshot or volume is not supported yet"));
-        }
+        let source = crate::snapshots::content_source(&self.0, request.volume_content_source.as_ref()).await?;
+        // A volume made from a snapshot or a volume is at least as large as its source.
+        let bytes = match &source {
+            Some((_, _, source_bytes)) if *source_bytes > bytes => {
+                if request.capacity_range.as_ref().is_some_and(|r| r.limit_bytes > 0 && r.limit_bytes < *source_bytes) {
+                    return Err(Status::out_of_range(format!(
+                        "the source holds {source_bytes} bytes, more than limit_bytes"
+                    )));
+                }
+                *source_bytes
+            }
+            _ => bytes,
+        };
         let new_id = volumes::new_id().map_err(|e| Status::internal(format!("generating a volume ID: {e}")))?;
         let total = self.0.config.capacity_bytes;
         let layout = self.0.layout.clone();
@@ -104,7 +119,8 @@ impl csi::controller_server::Controller for Controller {
                             .capacity_range
                             .as_ref()
                             .is_none_or(|r| r.limit_bytes == 0 || existing.capacity_bytes <= r.limit_bytes);
-                    if !fits || existing.access_type != access_type {
+                    let same_source = existing.content_source.as_deref() == source.as_ref().map(|(s, _, _)| s.as_str());
+                    if !fits || existing.access_type != access_type || !same_source {
                         return Err(Status::already_exists(format!(
                             "volume {:?} exists with {} bytes ({:?}), incompatible with this request",
                             request.name, existing.capacity_bytes, existing.access_type
@@ -124,11 +140,15 @@ impl csi::controller_server::Controller for Controller {
                     capacity_bytes: bytes,
                     access_type,
                     parameters: request.parameters.clone().into_iter().collect(),
-                    content_source: None,
+                    content_source: source.as_ref().map(|(s, _, _)| s.clone()),
                     published_nodes: Default::default(),
                     key_id: None,
                 };
                 // The file first: state that names a volume always has its data.
+                if let Some((_, source_file, _)) = &source {
+                    crate::space::sparse_copy(source_file, &layout.volume_file(&volume.id))
+                        .map_err(|e| Status::internal(format!("copying the volume's source: {e}")))?;
+                }
                 layout
                     .create_volume_file(&volume.id, bytes.unsigned_abs())
                     .map_err(|e| Status::internal(format!("creating the volume's file: {e}")))?;
@@ -220,9 +240,51 @@ impl csi::controller_server::Controller for Controller {
         &self,
         _: Request<csi::ControllerGetCapabilitiesRequest>,
     ) -> Result<Response<csi::ControllerGetCapabilitiesResponse>, Status> {
-        let capabilities =
-            [Rpc::CreateDeleteVolume, Rpc::ListVolumes, Rpc::GetCapacity].into_iter().map(capability).collect();
+        let capabilities = [
+            Rpc::CreateDeleteVolume,
+            Rpc::ListVolumes,
+            Rpc::GetCapacity,
+            Rpc::CreateDeleteSnapshot,
+            Rpc::ListSnapshots,
+            // GetSnapshot is served but not advertised: csi-sanity v5.4.0 rejects capability
+            // values newer than it knows.
+            Rpc::CloneVolume,
+        ]
+        .into_iter()
+        .map(capability)
+        .collect();
         Ok(Response::new(csi::ControllerGetCapabilitiesResponse { capabilities }))
+    }
+
+    async fn create_snapshot(
+        &self,
+        request: Request<csi::CreateSnapshotRequest>,
+    ) -> Result<Response<csi::CreateSnapshotResponse>, Status> {
+        let snapshot = crate::snapshots::create(&self.0, request.into_inner()).await?;
+        Ok(Response::new(csi::CreateSnapshotResponse { snapshot: Some(snapshot) }))
+    }
+
+    async fn delete_snapshot(
+        &self,
+        request: Request<csi::DeleteSnapshotRequest>,
+    ) -> Result<Response<csi::DeleteSnapshotResponse>, Status> {
+        crate::snapshots::delete(&self.0, &request.into_inner().snapshot_id).await?;
+        Ok(Response::new(csi::DeleteSnapshotResponse {}))
+    }
+
+    async fn list_snapshots(
+        &self,
+        request: Request<csi::ListSnapshotsRequest>,
+    ) -> Result<Response<csi::ListSnapshotsResponse>, Status> {
+        Ok(Response::new(crate::snapshots::list(&self.0, &request.into_inner()).await?))
+    }
+
+    async fn get_snapshot(
+        &self,
+        request: Request<csi::GetSnapshotRequest>,
+    ) -> Result<Response<csi::GetSnapshotResponse>, Status> {
+        let snapshot = crate::snapshots::get(&self.0, &request.into_inner().snapshot_id).await?;
+        Ok(Response::new(csi::GetSnapshotResponse { snapshot: Some(snapshot) }))
     }
 }
 

@@ -15,6 +15,7 @@ pub mod mounts;
 pub mod node;
 pub mod paging;
 pub mod server;
+pub mod snapshots;
 pub mod space;
 pub mod state;
 pub mod volumes;

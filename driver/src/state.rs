@@ -41,6 +41,16 @@ pub struct Volume {
     pub key_id: Option<String>,
 }
 
+/// A snapshot: a point-in-time copy of a volume's data.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Snapshot {
+    pub id: String,
+    pub name: String,
+    pub source_volume_id: String,
+    pub size_bytes: i64,
+    pub created_unix_ms: i64,
+}
+
 /// A volume group (CSI-Addons VolumeGroup).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Group {
@@ -98,6 +108,9 @@ pub struct State {
     /// reports.
     #[serde(default)]
     pub clients: BTreeMap<String, Vec<String>>,
+    /// Snapshots by ID.
+    #[serde(default)]
+    pub snapshots: BTreeMap<String, Snapshot>,
     /// Volume groups by ID.
     #[serde(default)]
     pub groups: BTreeMap<String, Group>,

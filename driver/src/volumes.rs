@@ -59,6 +59,11 @@ impl Layout {
         self.root.join("volumes").join(format!("{id}.img"))
     }
 
+    /// The sparse copy holding a snapshot's data. `id` must have passed [`validate_id`].
+    pub fn snapshot_file(&self, id: &str) -> PathBuf {
+        self.root.join("snapshots").join(format!("{id}.img"))
+    }
+
     /// Creates (or grows to) a sparse file of `bytes` for volume `id`. Idempotent.
     pub fn create_volume_file(&self, id: &str, bytes: u64) -> std::io::Result<()> {
         let path = self.volume_file(id);

@@ -578,3 +578,71 @@ async fn hostile_input_gets_clear_errors_and_writes_nothing_outside_the_state_di
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep me");
     assert_eq!(listing(h.driver.dir.path()), before, "entries appeared or vanished next to the state dir");
 }
+
+#[tokio::test]
+async fn snapshots_restore_and_clones_carry_the_data() {
+    let h = Harness::start().await;
+    let id = h.create("snapshotted", 32 * MIB).await;
+    write_through_mount(&h, &id, "data.bin", 4 * MIB as usize).await;
+    let at_snapshot = std::fs::read(h.backing_file(&id)).unwrap();
+
+    let mut controller = csi::controller_client::ControllerClient::new(h.csi.clone());
+    let snapshot = controller
+        .create_snapshot(csi::CreateSnapshotRequest {
+            source_volume_id: id.clone(),
+            name: "snap-1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap();
+    assert!(snapshot.ready_to_use);
+    // The volume changes after the snapshot; the snapshot must not.
+    write_through_mount(&h, &id, "later.bin", 2 * MIB as usize).await;
+
+    let from = |source: csi::volume_content_source::Type, name: &str| csi::CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(csi::CapacityRange { required_bytes: 32 * MIB, limit_bytes: 0 }),
+        volume_capabilities: vec![mount_capability()],
+        volume_content_source: Some(csi::VolumeContentSource { r#type: Some(source) }),
+        ..Default::default()
+    };
+    use csi::volume_content_source::{SnapshotSource, Type, VolumeSource};
+    let restored = controller
+        .create_volume(from(Type::Snapshot(SnapshotSource { snapshot_id: snapshot.snapshot_id.clone() }), "restored"))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert!(
+        std::fs::read(h.backing_file(&restored.volume_id)).unwrap() == at_snapshot,
+        "the restored volume differs from the snapshot"
+    );
+    assert!(restored.content_source.is_some());
+
+    let clone = controller
+        .create_volume(from(Type::Volume(VolumeSource { volume_id: id.clone() }), "clone"))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert!(
+        std::fs::read(h.backing_file(&clone.volume_id)).unwrap() == std::fs::read(h.backing_file(&id)).unwrap(),
+        "the clone differs"
+    );
+
+    let missing = controller
+        .create_volume(from(Type::Snapshot(SnapshotSource { snapshot_id: "missing".into() }), "from-missing"))
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), tonic::Code::NotFound);
+    let other_source = controller
+        .create_volume(from(Type::Volume(VolumeSource { volume_id: id.clone() }), "restored"))
+        .await
+        .unwrap_err();
+    assert_eq!(other_source.code(), tonic::Code::AlreadyExists, "same name, other source");
+}
