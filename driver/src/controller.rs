@@ -249,11 +249,55 @@ impl csi::controller_server::Controller for Controller {
             // GetSnapshot is served but not advertised: csi-sanity v5.4.0 rejects capability
             // values newer than it knows.
             Rpc::CloneVolume,
+            Rpc::ExpandVolume,
         ]
         .into_iter()
         .map(capability)
         .collect();
         Ok(Response::new(csi::ControllerGetCapabilitiesResponse { capabilities }))
+    }
+
+    async fn controller_expand_volume(
+        &self,
+        request: Request<csi::ControllerExpandVolumeRequest>,
+    ) -> Result<Response<csi::ControllerExpandVolumeResponse>, Status> {
+        let request = request.into_inner();
+        if request.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        let range = request.capacity_range.ok_or_else(|| Status::invalid_argument("capacity_range is required"))?;
+        let wanted = volume_bytes(Some(&range))?;
+        let volume = self.0.volume(&request.volume_id).await?;
+        let _busy = self.0.begin(&volume.id)?;
+        let (total, layout) = (self.0.config.capacity_bytes, self.0.layout.clone());
+        let grown = self
+            .0
+            .update(|state| {
+                let others = state.allocated_bytes() - volume.capacity_bytes;
+                let v = state
+                    .volumes
+                    .get_mut(&volume.id)
+                    .ok_or_else(|| Status::not_found(format!("volume {} not found", volume.id)))?;
+                if wanted <= v.capacity_bytes {
+                    return Ok(v.clone()); // never shrink; already large enough
+                }
+                if others + wanted > total {
+                    return Err(Status::resource_exhausted(format!(
+                        "{wanted} bytes do not fit in {} free",
+                        total - others
+                    )));
+                }
+                layout
+                    .create_volume_file(&v.id, wanted.unsigned_abs())
+                    .map_err(|e| Status::internal(format!("growing the volume's file: {e}")))?;
+                v.capacity_bytes = wanted;
+                Ok(v.clone())
+            })
+            .await?;
+        Ok(Response::new(csi::ControllerExpandVolumeResponse {
+            capacity_bytes: grown.capacity_bytes,
+            node_expansion_required: grown.access_type == AccessType::Mount,
+        }))
     }
 
     async fn create_snapshot(

@@ -31,6 +31,13 @@ impl csi::identity_server::Identity for Identity {
             let service = Service { r#type: service::Type::ControllerService as i32 };
             capabilities.push(csi::PluginCapability { r#type: Some(csi::plugin_capability::Type::Service(service)) });
         }
+        // Offline: the file grows at once, the filesystem when the volume is next staged. (Online
+        // ext4 resizing is attempted by NodeExpandVolume, but some kernels refuse it.)
+        let offline = csi::plugin_capability::VolumeExpansion {
+            r#type: csi::plugin_capability::volume_expansion::Type::Offline as i32,
+        };
+        capabilities
+            .push(csi::PluginCapability { r#type: Some(csi::plugin_capability::Type::VolumeExpansion(offline)) });
         Ok(Response::new(csi::GetPluginCapabilitiesResponse { capabilities }))
     }
 

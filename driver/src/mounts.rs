@@ -53,6 +53,38 @@ pub fn attach(file: &Path) -> Result<String, MountError> {
     run("losetup", &["--find", "--show", &file.to_string_lossy()])
 }
 
+/// Makes loop devices backed by `file` see its current size (after it grew).
+pub fn refresh_size(file: &Path) -> Result<(), MountError> {
+    for device in loop_devices_of(file)? {
+        run("losetup", &["--set-capacity", &device])?;
+    }
+    Ok(())
+}
+
+/// Grows the mounted ext4 filesystem on `device` to fill it. Some kernels refuse online resizing
+/// (EPERM); the caller reports that, and the filesystem grows at the next stage instead.
+pub fn grow_filesystem_online(device: &str) -> Result<(), MountError> {
+    run("resize2fs", &[device]).map(|_| ())
+}
+
+/// Grows the unmounted ext4 filesystem on `device` to fill it (a no-op when it already does).
+/// resize2fs insists on a freshly checked filesystem, so check it first.
+pub fn grow_filesystem_offline(device: &str) -> Result<(), MountError> {
+    let check = Command::new("e2fsck").args(["-f", "-p", device]).output();
+    // e2fsck: 0 = clean, 1 = errors corrected; anything else means the filesystem needs a person.
+    match check {
+        Ok(o) if matches!(o.status.code(), Some(0 | 1)) => {}
+        Ok(o) => {
+            return Err(MountError::Command {
+                command: format!("e2fsck -f -p {device}"),
+                detail: format!("{}: {}", o.status, String::from_utf8_lossy(&o.stdout).trim()),
+            });
+        }
+        Err(e) => return Err(MountError::Command { command: "e2fsck".into(), detail: e.to_string() }),
+    }
+    run("resize2fs", &[device]).map(|_| ())
+}
+
 /// Detaches every loop device backed by `file`. Idempotent.
 pub fn detach(file: &Path) -> Result<(), MountError> {
     for device in loop_devices_of(file)? {

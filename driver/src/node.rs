@@ -76,6 +76,8 @@ impl csi::node_server::Node for Node {
         let device = mounts::attach(&self.file(&volume)).map_err(internal)?;
         if access_type == AccessType::Mount && !mounts::is_mount_point(&staging).map_err(internal)? {
             mounts::format_if_blank(&device).map_err(internal)?;
+            // The volume may have grown while unstaged (ControllerExpandVolume).
+            mounts::grow_filesystem_offline(&device).map_err(internal)?;
             mounts::mount_filesystem(&device, &staging).map_err(internal)?;
         }
         Ok(Response::new(csi::NodeStageVolumeResponse {}))
@@ -219,12 +221,49 @@ impl csi::node_server::Node for Node {
         Ok(Response::new(csi::NodeGetVolumeStatsResponse { usage, volume_condition: Some(condition) }))
     }
 
+    async fn node_expand_volume(
+        &self,
+        request: Request<csi::NodeExpandVolumeRequest>,
+    ) -> Result<Response<csi::NodeExpandVolumeResponse>, Status> {
+        let request = request.into_inner();
+        if request.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        if request.volume_path.is_empty() {
+            return Err(Status::invalid_argument("volume_path is required"));
+        }
+        let volume = self.volume(&request.volume_id).await?;
+        let path = PathBuf::from(&request.volume_path);
+        if !path.is_absolute() || !path.exists() {
+            return Err(Status::not_found(format!("volume_path {} does not exist", path.display())));
+        }
+        let _busy = self.0.begin(&volume.id)?;
+        let file = self.file(&volume);
+        mounts::refresh_size(&file).map_err(internal)?;
+        if volume.access_type == AccessType::Mount
+            && let Some(device) = mounts::loop_devices_of(&file).map_err(internal)?.into_iter().next()
+        {
+            if mounts::mount_point_of(&device).map_err(internal)?.is_some() {
+                mounts::grow_filesystem_online(&device).map_err(|e| {
+                    Status::failed_precondition(format!(
+                        "growing the mounted filesystem failed ({e}); it grows when the volume is next staged"
+                    ))
+                })?;
+            } else {
+                mounts::grow_filesystem_offline(&device).map_err(internal)?;
+            }
+        }
+        Ok(Response::new(csi::NodeExpandVolumeResponse { capacity_bytes: volume.capacity_bytes }))
+    }
+
     async fn node_get_capabilities(
         &self,
         _: Request<csi::NodeGetCapabilitiesRequest>,
     ) -> Result<Response<csi::NodeGetCapabilitiesResponse>, Status> {
-        let capabilities =
-            [Rpc::StageUnstageVolume, Rpc::GetVolumeStats, Rpc::VolumeCondition].into_iter().map(capability).collect();
+        let capabilities = [Rpc::StageUnstageVolume, Rpc::GetVolumeStats, Rpc::VolumeCondition, Rpc::ExpandVolume]
+            .into_iter()
+            .map(capability)
+            .collect();
         Ok(Response::new(csi::NodeGetCapabilitiesResponse { capabilities }))
     }
 

@@ -16,6 +16,28 @@ impl Drop for DriverProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        release_machine_state(self.dir.path());
+    }
+}
+
+/// Unmounts everything under `dir` and detaches loop devices backed by files under it, so a test
+/// that failed half-way leaves nothing behind on the machine.
+pub fn release_machine_state(dir: &std::path::Path) {
+    let prefix = dir.display().to_string();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut points: Vec<&str> =
+        mounts.lines().filter_map(|l| l.split(' ').nth(4)).filter(|p| p.starts_with(&prefix)).collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.len())); // innermost first
+    for point in points {
+        let _ = Command::new("umount").arg("-l").arg(point).status();
+    }
+    let loops = Command::new("losetup").args(["--noheadings", "--output", "NAME,BACK-FILE"]).output();
+    for line in loops.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default().lines() {
+        if let Some((device, file)) = line.split_once(' ')
+            && file.trim().starts_with(&prefix)
+        {
+            let _ = Command::new("losetup").args(["--detach", device.trim()]).status();
+        }
     }
 }
 

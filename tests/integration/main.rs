@@ -4,7 +4,9 @@
 mod admission;
 mod crds;
 mod driver_addons;
+mod driver_harness;
 mod driver_sanity;
+mod driver_volumes;
 mod support;
 mod testenv_features;
 mod testenv_lifecycle;
