@@ -156,7 +156,9 @@ impl csi::controller_server::Controller for Controller {
                 Ok(volume)
             })
             .await?;
-        Ok(Response::new(csi::CreateVolumeResponse { volume: Some(to_csi(&volume)) }))
+        let mut volume = to_csi(&volume);
+        volume.accessible_topology = self.0.topology();
+        Ok(Response::new(csi::CreateVolumeResponse { volume: Some(volume) }))
     }
 
     async fn delete_volume(

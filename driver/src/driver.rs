@@ -26,6 +26,9 @@ impl Mode {
     }
 }
 
+/// The topology key: volumes live on the machine of the plugin that created them.
+pub const TOPOLOGY_KEY: &str = "topology.reference.csi-addons-rs.io/node";
+
 /// Settings fixed at start.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -63,6 +66,12 @@ impl Drop for BusyGuard {
 }
 
 impl Driver {
+    /// This plugin's topology segment.
+    pub fn topology(&self) -> Vec<api::proto::csi::v1::Topology> {
+        let segments = [(TOPOLOGY_KEY.to_owned(), self.config.node_id.clone())].into_iter().collect();
+        vec![api::proto::csi::v1::Topology { segments }]
+    }
+
     /// Opens the state directory and loads what an earlier run saved.
     pub fn open(config: Config) -> Result<Arc<Self>, StoreError> {
         let store = Store::open(&config.state_dir)?;

@@ -30,6 +30,8 @@ impl csi::identity_server::Identity for Identity {
         if self.0.config.mode.controller() {
             let service = Service { r#type: service::Type::ControllerService as i32 };
             capabilities.push(csi::PluginCapability { r#type: Some(csi::plugin_capability::Type::Service(service)) });
+            let topology = Service { r#type: service::Type::VolumeAccessibilityConstraints as i32 };
+            capabilities.push(csi::PluginCapability { r#type: Some(csi::plugin_capability::Type::Service(topology)) });
         }
         // Offline: the file grows at once, the filesystem when the volume is next staged. (Online
         // ext4 resizing is attempted by NodeExpandVolume, but some kernels refuse it.)

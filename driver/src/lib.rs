@@ -61,6 +61,9 @@ pub struct Cli {
     pub log_json: bool,
 }
 
+/// How long calls in flight may take to finish once a shutdown begins.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Runs the driver until SIGINT or SIGTERM, then removes its sockets.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -109,13 +112,28 @@ pub async fn serve(cli: Cli, stop: tokio::sync::watch::Receiver<bool>) -> anyhow
         .layer(server::LogFailuresLayer)
         .add_routes(addons::routes(&driver))
         .serve_with_incoming_shutdown(addons_incoming, until_stopped(stop.clone()));
-    let stop_schedule = stop;
+    let stop_schedule = stop.clone();
+    let stop_drain = stop;
     let schedule = async {
         if driver.config.mode.controller() {
             addons::replication::Replicator(driver.clone()).run_schedule(stop_schedule).await;
         }
     };
-    let (csi_result, addons_result, ()) = tokio::join!(csi_server, addons_server, schedule);
+    let serving = async { tokio::join!(csi_server, addons_server, schedule) };
+    // Calls in flight get a grace period to finish; clients that merely keep their connections
+    // open must not keep the driver from exiting.
+    let mut stop_drain = stop_drain;
+    let drain_deadline = async {
+        let _ = stop_drain.wait_for(|s| *s).await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    let (csi_result, addons_result) = tokio::select! {
+        (csi, addons, ()) = serving => (csi, addons),
+        () = drain_deadline => {
+            tracing::warn!(grace = ?SHUTDOWN_GRACE, "connections still open after the grace period; stopping anyway");
+            (Ok(()), Ok(()))
+        }
+    };
     let _ = std::fs::remove_file(&csi_socket);
     let _ = std::fs::remove_file(&addons_socket);
     csi_result?;

@@ -271,6 +271,10 @@ impl csi::node_server::Node for Node {
         &self,
         _: Request<csi::NodeGetInfoRequest>,
     ) -> Result<Response<csi::NodeGetInfoResponse>, Status> {
-        Ok(Response::new(csi::NodeGetInfoResponse { node_id: self.0.config.node_id.clone(), ..Default::default() }))
+        Ok(Response::new(csi::NodeGetInfoResponse {
+            node_id: self.0.config.node_id.clone(),
+            accessible_topology: self.0.topology().into_iter().next(),
+            ..Default::default()
+        }))
     }
 }

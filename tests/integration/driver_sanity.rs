@@ -51,7 +51,7 @@ pub fn start_driver(extra: &[&str]) -> DriverProcess {
         .arg(dir.path().join("state"))
         .args(extra)
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(std::fs::File::create(dir.path().join("driver.log")).unwrap())
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -292,4 +292,39 @@ async fn controller_and_node_processes_share_one_state_without_losing_writes() {
         let _ = child.kill();
         let _ = child.wait();
     }
+}
+
+#[tokio::test]
+async fn failed_calls_are_logged_without_secrets_and_sigterm_removes_the_sockets() {
+    use api::proto::csi::v1 as csi;
+    const SENTINEL: &str = "s3cr3t-that-must-not-be-logged";
+    let mut driver = start_driver(&[]);
+    let mut node = csi::node_client::NodeClient::new(crate::support::unix_channel(&driver.endpoint).await.unwrap());
+    let stage = csi::NodeStageVolumeRequest {
+        volume_id: "no-such-volume".into(),
+        staging_target_path: driver.dir.path().join("staging").display().to_string(),
+        volume_capability: Some(csi::VolumeCapability {
+            access_mode: Some(csi::volume_capability::AccessMode { mode: 1 }),
+            access_type: Some(csi::volume_capability::AccessType::Mount(Default::default())),
+        }),
+        secrets: [("token".to_owned(), SENTINEL.to_owned())].into_iter().collect(),
+        ..Default::default()
+    };
+    assert_eq!(node.node_stage_volume(stage).await.unwrap_err().code(), tonic::Code::NotFound);
+
+    // The client stays connected: shutdown must not wait for it beyond the grace period.
+    let pid = driver.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let status = driver.child.wait().unwrap();
+    drop(node);
+    assert!(status.success(), "the driver did not exit cleanly: {status}");
+    for endpoint in [&driver.endpoint, &driver.addons_endpoint] {
+        let socket = std::path::Path::new(endpoint.strip_prefix("unix://").unwrap());
+        assert!(!socket.exists(), "{} left behind", socket.display());
+    }
+    let log = std::fs::read_to_string(driver.dir.path().join("driver.log")).unwrap();
+    let failures: Vec<&str> = log.lines().filter(|l| l.contains("call failed")).collect();
+    assert_eq!(failures.len(), 1, "{log}");
+    assert!(failures[0].contains("/csi.v1.Node/NodeStageVolume") && failures[0].contains("NotFound"), "{log}");
+    assert!(!log.contains(SENTINEL), "a secret reached the log:\n{log}");
 }
