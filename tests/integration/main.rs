@@ -3,6 +3,7 @@
 
 mod admission;
 mod crds;
+mod deploy_manifests;
 mod driver_addons;
 mod driver_harness;
 mod driver_sanity;
