@@ -8,6 +8,8 @@ use nix::mount::{MntFlags, MsFlags};
 /// Why a node operation on the machine failed.
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
+    #[error("loop devices are not available on this machine ({0} is missing)")]
+    LoopUnavailable(&'static str),
     #[error("{command} failed: {detail}")]
     Command { command: String, detail: String },
     #[error("{action} {path}: {source}")]
@@ -47,6 +49,10 @@ pub fn loop_devices_of(file: &Path) -> Result<Vec<String>, MountError> {
 
 /// The loop device backing `file`, attaching one if there is none. Idempotent.
 pub fn attach(file: &Path) -> Result<String, MountError> {
+    const LOOP_CONTROL: &str = "/dev/loop-control";
+    if !Path::new(LOOP_CONTROL).exists() {
+        return Err(MountError::LoopUnavailable(LOOP_CONTROL));
+    }
     if let Some(existing) = loop_devices_of(file)?.into_iter().next() {
         return Ok(existing);
     }

@@ -15,7 +15,11 @@ use crate::volumes::validate_id;
 pub struct Node(pub Arc<Driver>);
 
 fn internal(e: MountError) -> Status {
-    Status::internal(e.to_string())
+    match e {
+        // Not a fault of the call: this machine cannot serve the volume at all.
+        MountError::LoopUnavailable(_) => Status::failed_precondition(e.to_string()),
+        _ => Status::internal(e.to_string()),
+    }
 }
 
 fn required_path(what: &str, path: &str) -> Result<PathBuf, Status> {
