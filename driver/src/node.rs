@@ -47,6 +47,24 @@ impl Node {
         self.0.volume(id).await
     }
 
+    /// The volume and the path a caller says it is at (NodeGetVolumeStats, NodeExpandVolume):
+    /// INVALID_ARGUMENT when either is missing, NOT_FOUND when either does not exist. The path is
+    /// only looked at, so any path is safe; one that is not absolute is not where the volume is.
+    async fn volume_at(&self, id: &str, path: &str) -> Result<(Volume, PathBuf), Status> {
+        if id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        if path.is_empty() {
+            return Err(Status::invalid_argument("volume_path is required"));
+        }
+        let volume = self.volume(id).await?;
+        let path = PathBuf::from(path);
+        if !path.is_absolute() || !path.exists() {
+            return Err(Status::not_found(format!("volume_path {} does not exist", path.display())));
+        }
+        Ok((volume, path))
+    }
+
     fn file(&self, volume: &Volume) -> PathBuf {
         self.0.layout.volume_file(&volume.id)
     }
@@ -182,19 +200,7 @@ impl csi::node_server::Node for Node {
         request: Request<csi::NodeGetVolumeStatsRequest>,
     ) -> Result<Response<csi::NodeGetVolumeStatsResponse>, Status> {
         let request = request.into_inner();
-        if request.volume_id.is_empty() {
-            return Err(Status::invalid_argument("volume_id is required"));
-        }
-        if request.volume_path.is_empty() {
-            return Err(Status::invalid_argument("volume_path is required"));
-        }
-        let volume = self.volume(&request.volume_id).await?;
-        // Only read (statvfs), so any path is safe to look at; one that is not absolute or does not
-        // exist is simply not where the volume is.
-        let path = PathBuf::from(&request.volume_path);
-        if !path.is_absolute() || !path.exists() {
-            return Err(Status::not_found(format!("volume_path {} does not exist", path.display())));
-        }
+        let (volume, path) = self.volume_at(&request.volume_id, &request.volume_path).await?;
         let file = self.file(&volume);
         let condition = match std::fs::metadata(&file) {
             Ok(_) => csi::VolumeCondition { abnormal: false, message: "volume is healthy".into() },
@@ -230,17 +236,7 @@ impl csi::node_server::Node for Node {
         request: Request<csi::NodeExpandVolumeRequest>,
     ) -> Result<Response<csi::NodeExpandVolumeResponse>, Status> {
         let request = request.into_inner();
-        if request.volume_id.is_empty() {
-            return Err(Status::invalid_argument("volume_id is required"));
-        }
-        if request.volume_path.is_empty() {
-            return Err(Status::invalid_argument("volume_path is required"));
-        }
-        let volume = self.volume(&request.volume_id).await?;
-        let path = PathBuf::from(&request.volume_path);
-        if !path.is_absolute() || !path.exists() {
-            return Err(Status::not_found(format!("volume_path {} does not exist", path.display())));
-        }
+        let (volume, _) = self.volume_at(&request.volume_id, &request.volume_path).await?;
         let _busy = self.0.begin(&volume.id)?;
         let file = self.file(&volume);
         mounts::refresh_size(&file).map_err(internal)?;

@@ -17,9 +17,6 @@ impl pb::encryption_key_rotation_controller_server::EncryptionKeyRotationControl
         request: Request<pb::EncryptionKeyRotateRequest>,
     ) -> Result<Response<pb::EncryptionKeyRotateResponse>, Status> {
         let request = request.into_inner();
-        if request.volume_id.is_empty() {
-            return Err(Status::invalid_argument("volume_id is required"));
-        }
         let volume = self.0.volume(&request.volume_id).await?;
         let _busy = self.0.begin(&volume.id)?;
         let new_key = volumes::new_id().map_err(|e| Status::internal(format!("generating a key ID: {e}")))?;

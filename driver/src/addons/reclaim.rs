@@ -78,9 +78,6 @@ impl pb::reclaim_space_controller_server::ReclaimSpaceController for Reclaim {
         request: Request<pb::ControllerReclaimSpaceRequest>,
     ) -> Result<Response<pb::ControllerReclaimSpaceResponse>, Status> {
         let request = request.into_inner();
-        if request.volume_id.is_empty() {
-            return Err(Status::invalid_argument("volume_id is required"));
-        }
         let volume = self.0.volume(&request.volume_id).await?;
         let _busy = self.0.begin(&volume.id)?;
         let file = self.0.layout.volume_file(&volume.id);
@@ -97,9 +94,6 @@ impl pb::reclaim_space_node_server::ReclaimSpaceNode for Reclaim {
         request: Request<pb::NodeReclaimSpaceRequest>,
     ) -> Result<Response<pb::NodeReclaimSpaceResponse>, Status> {
         let request = request.into_inner();
-        if request.volume_id.is_empty() {
-            return Err(Status::invalid_argument("volume_id is required"));
-        }
         let volume = self.0.volume(&request.volume_id).await?;
         let _busy = self.0.begin(&volume.id)?;
         let file = self.0.layout.volume_file(&volume.id);
