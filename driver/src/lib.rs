@@ -113,7 +113,7 @@ pub async fn serve(cli: Cli, stop: tokio::sync::watch::Receiver<bool>) -> anyhow
         .add_routes(addons::routes(&driver))
         .serve_with_incoming_shutdown(addons_incoming, until_stopped(stop.clone()));
     let stop_schedule = stop.clone();
-    let stop_drain = stop;
+    let mut stop_drain = stop;
     let schedule = async {
         if driver.config.mode.controller() {
             addons::replication::Replicator(driver.clone()).run_schedule(stop_schedule).await;
@@ -122,7 +122,6 @@ pub async fn serve(cli: Cli, stop: tokio::sync::watch::Receiver<bool>) -> anyhow
     let serving = async { tokio::join!(csi_server, addons_server, schedule) };
     // Calls in flight get a grace period to finish; clients that merely keep their connections
     // open must not keep the driver from exiting.
-    let mut stop_drain = stop_drain;
     let drain_deadline = async {
         let _ = stop_drain.wait_for(|s| *s).await;
         tokio::time::sleep(SHUTDOWN_GRACE).await;
@@ -147,7 +146,6 @@ async fn register_fence_client(driver: &std::sync::Arc<Driver>) -> anyhow::Resul
     let Some(ip) = driver.config.node_ip else { return Ok(()) };
     let address = cidr::Cidr::from(ip).to_string();
     let node_id = driver.config.node_id.clone();
-    driver.reload().await?;
     driver
         .update(|state| {
             state.clients.insert(node_id, vec![address]);

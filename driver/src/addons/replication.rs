@@ -152,7 +152,6 @@ impl pb::controller_server::Controller for Replicator {
         let interval =
             request.parameters.get("schedulingInterval").map_or(Ok(DEFAULT_INTERVAL_SECS), |t| parse_interval(t))?;
         let _busy = self.0.begin(&key)?;
-        self.0.reload().await.map_err(|e| Status::internal(e.to_string()))?;
         let new_id = || volumes::new_id().map_err(|e| Status::internal(format!("generating a replica ID: {e}")));
         let created = self
             .0
@@ -192,7 +191,6 @@ impl pb::controller_server::Controller for Replicator {
         #[allow(deprecated)]
         let key = source_key(request.replication_source.as_ref(), &request.volume_id)?;
         let _busy = self.0.begin(&key)?;
-        self.0.reload().await.map_err(|e| Status::internal(e.to_string()))?;
         let removed = self.0.update(|state| Ok(state.replications.remove(&key))).await?;
         for dest in removed.iter().flat_map(|r| r.destinations.values()) {
             let _ = std::fs::remove_file(self.site_file(dest));
@@ -207,7 +205,6 @@ impl pb::controller_server::Controller for Replicator {
         let request = request.into_inner();
         #[allow(deprecated)]
         let key = source_key(request.replication_source.as_ref(), &request.volume_id)?;
-        self.0.reload().await.map_err(|e| Status::internal(e.to_string()))?;
         self.set_role(&key, Role::Primary).await?;
         Ok(Response::new(pb::PromoteVolumeResponse {}))
     }
@@ -219,7 +216,6 @@ impl pb::controller_server::Controller for Replicator {
         let request = request.into_inner();
         #[allow(deprecated)]
         let key = source_key(request.replication_source.as_ref(), &request.volume_id)?;
-        self.0.reload().await.map_err(|e| Status::internal(e.to_string()))?;
         self.set_role(&key, Role::Secondary).await?;
         Ok(Response::new(pb::DemoteVolumeResponse {}))
     }
