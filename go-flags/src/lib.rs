@@ -1,0 +1,111 @@
+//! Upstream's binaries parse flags with Go's `flag` package, where `-name=value`, `-name value`,
+//! `--name=value` and `--name value` all mean the same. Pod specs written for them use the
+//! single-dash forms. [`normalize`] rewrites `-name…` into `--name…` for the long flags a clap
+//! command declares, leaving everything else (short flags, values, positionals) untouched.
+#![forbid(unsafe_code)]
+
+use std::ffi::OsString;
+
+/// `args` (program name first) with Go-style single-dash long flags of `command` rewritten to
+/// clap's double-dash form. Stops rewriting after a bare `--`, as Go's parser does.
+pub fn normalize(command: &clap::Command, args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let longs: Vec<String> = command
+        .get_arguments()
+        .flat_map(|a| a.get_long_and_visible_aliases().into_iter().flatten())
+        .map(str::to_owned)
+        .chain(["help".to_owned(), "version".to_owned()])
+        .collect();
+    let mut rest_are_values = false;
+    args.into_iter()
+        .enumerate()
+        .map(|(i, arg)| {
+            if i == 0 || rest_are_values {
+                return arg;
+            }
+            let Some(text) = arg.to_str() else { return arg };
+            if text == "--" {
+                rest_are_values = true;
+                return arg;
+            }
+            match text.strip_prefix('-') {
+                Some(flag) if !flag.starts_with('-') => {
+                    let name = flag.split_once('=').map_or(flag, |(n, _)| n);
+                    if longs.iter().any(|l| l == name) { OsString::from(format!("-{text}")) } else { arg }
+                }
+                _ => arg,
+            }
+        })
+        .collect()
+}
+
+/// Parses Go's boolean flag values: `1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False`.
+pub fn parse_go_bool(value: &str) -> Result<bool, String> {
+    match value {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!("{value:?} is not a boolean (true or false)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{Arg, ArgAction, Command};
+
+    use super::*;
+
+    fn command() -> Command {
+        Command::new("x")
+            .arg(Arg::new("endpoint").long("endpoint"))
+            .arg(
+                Arg::new("enable-auth")
+                    .long("enable-auth")
+                    .num_args(0..=1)
+                    .default_missing_value("true")
+                    .value_parser(parse_go_bool),
+            )
+            .arg(Arg::new("verbose").short('v').action(ArgAction::SetTrue))
+            .arg(Arg::new("rest").num_args(0..))
+    }
+
+    fn norm(args: &[&str]) -> Vec<String> {
+        normalize(&command(), args.iter().map(OsString::from)).into_iter().map(|a| a.into_string().unwrap()).collect()
+    }
+
+    #[test]
+    fn single_dash_long_flags_become_double_dash() {
+        assert_eq!(
+            norm(&["x", "-endpoint=unix:///a", "-enable-auth=false"]),
+            ["x", "--endpoint=unix:///a", "--enable-auth=false"]
+        );
+        assert_eq!(norm(&["x", "-endpoint", "unix:///a"]), ["x", "--endpoint", "unix:///a"]);
+        assert_eq!(
+            norm(&["x", "--endpoint", "-value-that-looks-like-a-flag"]),
+            ["x", "--endpoint", "-value-that-looks-like-a-flag"]
+        );
+        assert_eq!(norm(&["x", "-h"]), ["x", "-h"]);
+        assert_eq!(norm(&["x", "-help"]), ["x", "--help"]);
+        assert_eq!(norm(&["x", "-v", "-unknown=1"]), ["x", "-v", "-unknown=1"]);
+        assert_eq!(norm(&["x", "--", "-endpoint"]), ["x", "--", "-endpoint"]);
+    }
+
+    #[test]
+    fn normalized_go_arguments_parse_with_clap() {
+        let m = command().get_matches_from(norm(&["x", "-endpoint", "e", "-enable-auth=false"]));
+        assert_eq!(m.get_one::<String>("endpoint").unwrap(), "e");
+        assert!(!m.get_one::<bool>("enable-auth").unwrap());
+        let m = command().get_matches_from(norm(&["x", "-enable-auth"]));
+        assert!(m.get_one::<bool>("enable-auth").unwrap());
+        assert!(command().try_get_matches_from(norm(&["x", "-enable-auth=maybe"])).is_err());
+    }
+
+    #[test]
+    fn go_booleans() {
+        for t in ["1", "t", "T", "TRUE", "true", "True"] {
+            assert_eq!(parse_go_bool(t), Ok(true));
+        }
+        for f in ["0", "f", "F", "FALSE", "false", "False"] {
+            assert_eq!(parse_go_bool(f), Ok(false));
+        }
+        assert!(parse_go_bool("yes").is_err());
+    }
+}
