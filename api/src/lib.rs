@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod capabilities;
 pub mod crds;
 pub mod csiaddons;
 pub mod proto;

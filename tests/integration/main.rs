@@ -8,6 +8,7 @@ mod driver_addons;
 mod driver_harness;
 mod driver_sanity;
 mod driver_volumes;
+mod sidecar_cli;
 mod support;
 mod testenv_features;
 mod testenv_lifecycle;

@@ -1,5 +1,4 @@
-use clap::Parser;
-
-fn main() -> anyhow::Result<()> {
-    sidecar::run_cli(sidecar::Cli::parse())
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    sidecar::cli::run(sidecar::cli::parse()).await
 }
