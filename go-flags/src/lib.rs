@@ -47,6 +47,41 @@ pub fn parse_go_bool(value: &str) -> Result<bool, String> {
     }
 }
 
+/// Parses a Go duration (`300ms`, `1.5h`, `2h45m`, `15s`, `0`): a sequence of decimal numbers
+/// each with a unit `ns`, `us` (or `µs`), `ms`, `s`, `m`, `h`.
+pub fn parse_go_duration(text: &str) -> Result<std::time::Duration, String> {
+    let bad = || format!("{text:?} is not a duration like 30s, 1m30s or 300ms");
+    if text == "0" {
+        return Ok(std::time::Duration::ZERO);
+    }
+    let mut rest = text;
+    let mut nanos: f64 = 0.0;
+    if rest.is_empty() || rest.starts_with('-') {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let number_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(bad)?;
+        let number: f64 = rest[..number_end].parse().map_err(|_| bad())?;
+        rest = &rest[number_end..];
+        let unit_end = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "ns" => 1.0,
+            "us" | "µs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return Err(bad()),
+        };
+        nanos += number * scale;
+        rest = &rest[unit_end..];
+    }
+    if !nanos.is_finite() || nanos > u64::MAX as f64 {
+        return Err(bad());
+    }
+    Ok(std::time::Duration::from_nanos(nanos as u64))
+}
+
 #[cfg(test)]
 mod tests {
     use clap::{Arg, ArgAction, Command};
@@ -96,6 +131,19 @@ mod tests {
         let m = command().get_matches_from(norm(&["x", "-enable-auth"]));
         assert!(m.get_one::<bool>("enable-auth").unwrap());
         assert!(command().try_get_matches_from(norm(&["x", "-enable-auth=maybe"])).is_err());
+    }
+
+    #[test]
+    fn go_durations() {
+        use std::time::Duration;
+        assert_eq!(parse_go_duration("3m"), Ok(Duration::from_secs(180)));
+        assert_eq!(parse_go_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("300ms"), Ok(Duration::from_millis(300)));
+        assert_eq!(parse_go_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_go_duration("0"), Ok(Duration::ZERO));
+        for bad in ["", "5", "-1s", "1d", "s", "1m30", "abc"] {
+            assert!(parse_go_duration(bad).is_err(), "{bad:?} accepted");
+        }
     }
 
     #[test]

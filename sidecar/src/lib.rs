@@ -4,14 +4,10 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod flags;
 pub mod resolve;
 
-use clap::Parser;
-
-/// Command line of `csi-addons-sidecar`.
-#[derive(Parser, Debug)]
-#[command(name = "csi-addons-sidecar", version = build_info::LONG_VERSION, about = "CSI-Addons sidecar")]
-pub struct SidecarCli {}
+pub use flags::SidecarCli;
 
 /// Runs the sidecar.
 pub fn run_sidecar(_cli: SidecarCli) -> anyhow::Result<()> {

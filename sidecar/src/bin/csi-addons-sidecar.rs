@@ -1,5 +1,3 @@
-use clap::Parser;
-
 fn main() -> anyhow::Result<()> {
-    sidecar::run_sidecar(sidecar::SidecarCli::parse())
+    sidecar::run_sidecar(sidecar::SidecarCli::parse_args())
 }

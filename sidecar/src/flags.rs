@@ -1,0 +1,191 @@
+//! The sidecar's command line: every flag of upstream's sidecar (same names, defaults and
+//! meaning, Go single-dash forms too, each also settable from an environment variable), plus ours.
+use std::time::Duration;
+
+use clap::Parser;
+
+fn duration(text: &str) -> Result<Duration, String> {
+    go_flags::parse_go_duration(text)
+}
+
+fn boolean(text: &str) -> Result<bool, String> {
+    go_flags::parse_go_bool(text)
+}
+
+/// Command line of `csi-addons-sidecar`.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "csi-addons-sidecar", version = build_info::LONG_VERSION, about = "CSI-Addons sidecar")]
+pub struct SidecarCli {
+    /// Timeout of the sidecar's own calls to the driver (identity, probe).
+    #[arg(long, env = "CSIADDONS_TIMEOUT", default_value = "3m", value_parser = duration)]
+    pub timeout: Duration,
+    /// The driver's CSI-Addons socket.
+    #[arg(long, env = "CSIADDONS_ADDRESS", default_value = "/run/csi-addons/socket")]
+    pub csi_addons_address: String,
+    /// This node's ID (the Kubernetes node name).
+    #[arg(long, env = "NODE_ID", default_value = "")]
+    pub node_id: String,
+    /// Base of computed staging paths.
+    #[arg(long, env = "STAGING_PATH", default_value = "/var/lib/kubelet/plugins/kubernetes.io/csi/")]
+    pub stagingpath: String,
+    /// TCP port of the server the controller calls.
+    #[arg(long, env = "CONTROLLER_PORT", default_value = "")]
+    pub controller_port: String,
+    /// IP to listen on; when set, the CSIAddonsNode endpoint is `ip:port`.
+    #[arg(long, env = "CONTROLLER_IP", default_value = "")]
+    pub controller_ip: String,
+    /// This Pod's name (downward API).
+    #[arg(long, env = "POD_NAME", default_value = "")]
+    pub pod: String,
+    /// This Pod's namespace (downward API).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "")]
+    pub namespace: String,
+    /// This Pod's UID (downward API).
+    #[arg(long, env = "POD_UID", default_value = "")]
+    pub pod_uid: String,
+    /// Namespace of the leader-election Lease (default: the Pod's).
+    #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "")]
+    pub leader_election_namespace: String,
+    #[arg(long, default_value = "15s", value_parser = duration)]
+    pub leader_election_lease_duration: Duration,
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub leader_election_renew_deadline: Duration,
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub leader_election_retry_period: Duration,
+    /// TLS and a bearer token checked with TokenReview on every call; false serves plain TCP.
+    #[arg(long, env = "ENABLE_AUTH", default_value = "true", num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
+    pub enable_auth: bool,
+    /// Report abnormal volume conditions.
+    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
+    pub enable_volume_condition: bool,
+    #[arg(long, default_value = "1m", value_parser = duration)]
+    pub volume_condition_interval: Duration,
+    /// Where volume conditions go: log, pvcEvent, pvcAnnotation.
+    #[arg(long, default_value = "log,pvcEvent,pvcAnnotation", value_delimiter = ',')]
+    pub volume_condition_recorders: Vec<String>,
+    /// Minimum TLS version: VersionTLS12 or VersionTLS13.
+    #[arg(long, default_value = "VersionTLS12")]
+    pub tls_min_version: String,
+    /// TLS 1.2 cipher suites (IANA names), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub tls_cipher_suites: Vec<String>,
+    /// TLS curve preferences, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub tls_curve_preferences: Vec<String>,
+    /// Accepted and ignored (Go runtime tuning).
+    #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
+    pub automaxprocs: Option<bool>,
+
+    // ---- logging: klog's and zap's flags are accepted; -v maps to our level ----
+    /// Log verbosity (klog's -v): 0 info, ≥ 4 debug, ≥ 6 trace.
+    #[arg(short = 'v', long = "v", default_value_t = 0)]
+    pub verbosity: u8,
+    /// Accepted for compatibility (logs always go to stderr).
+    #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
+    pub logtostderr: Option<bool>,
+    #[arg(long = "log_file", hide = true)]
+    pub log_file: Option<String>,
+    #[arg(long, hide = true)]
+    pub vmodule: Option<String>,
+    #[arg(long = "zap-log-level", hide = true)]
+    pub zap_log_level: Option<String>,
+    #[arg(long = "zap-devel", hide = true, num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
+    pub zap_devel: Option<bool>,
+
+    // ---- ours ----
+    /// Certificate to serve (a mounted Secret; reloaded when it changes). Without it and with
+    /// auth on, a self-signed certificate is made at start, as upstream does.
+    #[arg(long, env = "TLS_CERT_FILE")]
+    pub tls_cert_file: Option<String>,
+    #[arg(long, env = "TLS_KEY_FILE")]
+    pub tls_key_file: Option<String>,
+    /// Identities (TokenReview usernames) allowed to call, comma-separated.
+    #[arg(
+        long,
+        env = "ALLOWED_IDENTITIES",
+        value_delimiter = ',',
+        default_value = "system:serviceaccount:csi-addons-system:csi-addons-controller-manager"
+    )]
+    pub allowed_identities: Vec<String>,
+    /// The driver's CSI socket, for NodeGetCapabilities (staging) and volume conditions.
+    #[arg(long, env = "CSI_ADDRESS")]
+    pub csi_address: Option<String>,
+    /// The kubelet's directory, for publish paths.
+    #[arg(long, env = "KUBELET_DIR", default_value = "/var/lib/kubelet")]
+    pub kubelet_dir: String,
+    /// Address of /healthz, /readyz and /metrics (off when empty).
+    #[arg(long, env = "HTTP_ADDRESS", default_value = "")]
+    pub http_address: String,
+    /// Exit when the driver connection is lost (upstream's behaviour) instead of reconnecting.
+    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
+    pub exit_on_driver_loss: bool,
+    /// Log as JSON lines.
+    #[arg(long, env = "LOG_JSON", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
+    pub log_json: bool,
+}
+
+impl SidecarCli {
+    /// Parses the process's arguments, accepting Go-style single-dash flags.
+    pub fn parse_args() -> Self {
+        use clap::CommandFactory;
+        Self::parse_from(go_flags::normalize(&Self::command(), std::env::args_os()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<SidecarCli, clap::Error> {
+        let args = std::iter::once("csi-addons-sidecar").chain(args.iter().copied()).map(std::ffi::OsString::from);
+        SidecarCli::try_parse_from(go_flags::normalize(&SidecarCli::command(), args))
+    }
+
+    #[test]
+    fn a_rook_style_argument_list_parses_unchanged() {
+        // As Rook and ceph-csi write them for upstream's image.
+        let cli = parse(&[
+            "--node-id=$(NODE_ID)",
+            "--v=0",
+            "--csi-addons-address=$(CSIADDONS_ENDPOINT)",
+            "--controller-port=9070",
+            "--pod=$(POD_NAME)",
+            "--namespace=$(POD_NAMESPACE)",
+            "--pod-uid=$(POD_UID)",
+            "--stagingpath=/var/lib/kubelet/plugins/kubernetes.io/csi/",
+            "--leader-election-namespace=rook-ceph",
+            "--leader-election-lease-duration=137s",
+            "--leader-election-renew-deadline=107s",
+            "--leader-election-retry-period=26s",
+            "-logtostderr=false",
+            "-enable-auth=false",
+        ])
+        .unwrap();
+        assert_eq!(cli.controller_port, "9070");
+        assert_eq!(cli.leader_election_lease_duration, Duration::from_secs(137));
+        assert!(!cli.enable_auth);
+        assert_eq!(cli.verbosity, 0);
+    }
+
+    #[test]
+    fn defaults_are_upstreams() {
+        let cli = parse(&[]).unwrap();
+        assert_eq!(cli.timeout, Duration::from_secs(180));
+        assert_eq!(cli.csi_addons_address, "/run/csi-addons/socket");
+        assert!(cli.enable_auth);
+        assert!(!cli.enable_volume_condition);
+        assert_eq!(cli.volume_condition_interval, Duration::from_secs(60));
+        assert_eq!(cli.leader_election_retry_period, Duration::from_secs(5));
+        assert!(cli.http_address.is_empty(), "no extra port unless asked");
+    }
+
+    #[test]
+    fn bad_values_are_rejected_with_the_flag_named() {
+        let err = parse(&["-timeout=soon"]).unwrap_err().to_string();
+        assert!(err.contains("--timeout") && err.contains("not a duration"), "{err}");
+        let err = parse(&["-enable-auth=maybe"]).unwrap_err().to_string();
+        assert!(err.contains("--enable-auth"), "{err}");
+    }
+}
