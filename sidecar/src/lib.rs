@@ -4,6 +4,8 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod connect;
+pub mod driver;
 pub mod flags;
 pub mod resolve;
 

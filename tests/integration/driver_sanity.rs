@@ -10,6 +10,7 @@ pub struct DriverProcess {
     pub endpoint: String,
     pub addons_endpoint: String,
     pub dir: tempfile::TempDir,
+    args: Vec<String>,
 }
 
 impl Drop for DriverProcess {
@@ -43,23 +44,54 @@ pub fn release_machine_state(dir: &std::path::Path) {
 
 pub fn start_driver(extra: &[&str]) -> DriverProcess {
     let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("csi.sock");
-    let endpoint = format!("unix://{}", socket.display());
+    let endpoint = format!("unix://{}", dir.path().join("csi.sock").display());
     let addons_endpoint = format!("unix://{}", dir.path().join("csi-addons.sock").display());
+    let mut args =
+        vec!["--endpoint".to_owned(), endpoint.clone(), "--addons-endpoint".to_owned(), addons_endpoint.clone()];
+    args.extend([
+        "--node-id".to_owned(),
+        "node-1".to_owned(),
+        "--state-dir".to_owned(),
+        dir.path().join("state").display().to_string(),
+    ]);
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    let child = spawn_driver(dir.path(), &args);
+    DriverProcess { child, endpoint, addons_endpoint, dir, args }
+}
+
+/// Starts the driver with `args` and waits until it has (re)created its sockets.
+fn spawn_driver(dir: &std::path::Path, args: &[String]) -> Child {
+    let sockets = [dir.join("csi.sock"), dir.join("csi-addons.sock")];
+    for socket in &sockets {
+        let _ = std::fs::remove_file(socket); // a killed driver leaves its sockets behind
+    }
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("driver.log")).unwrap();
     let child = Command::new(workspace_binary("reference-driver"))
-        .args(["--endpoint", &endpoint, "--addons-endpoint", &addons_endpoint, "--node-id", "node-1", "--state-dir"])
-        .arg(dir.path().join("state"))
-        .args(extra)
+        .args(args)
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.path().join("driver.log")).unwrap())
+        .stderr(log)
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !socket.exists() {
-        assert!(Instant::now() < deadline, "the driver did not create {}", socket.display());
+    while !sockets.iter().all(|s| s.exists()) {
+        assert!(Instant::now() < deadline, "the driver did not create its sockets in {}", dir.display());
         std::thread::sleep(Duration::from_millis(50));
     }
-    DriverProcess { child, endpoint, addons_endpoint, dir }
+    child
+}
+
+impl DriverProcess {
+    /// SIGKILL (no shutdown path runs), then start again on the same state and sockets.
+    pub fn kill_and_restart(&mut self) {
+        self.kill();
+        self.child = spawn_driver(self.dir.path(), &self.args);
+    }
+
+    /// SIGKILL and wait.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// Runs csi-sanity with `args` and returns its output and whether it succeeded.
@@ -147,17 +179,8 @@ async fn volumes_fences_groups_and_replications_survive_kill_9_of_the_driver() {
     repl::controller_client::ControllerClient::new(addons).enable_volume_replication(enable).await.unwrap();
 
     // SIGKILL: no shutdown path runs.
-    driver.child.kill().unwrap();
-    driver.child.wait().unwrap();
+    driver.kill_and_restart();
     let state_dir = driver.dir.path().join("state");
-    let restarted = std::process::Command::new(workspace_binary("reference-driver"))
-        .args(["--endpoint", &driver.endpoint, "--addons-endpoint", &driver.addons_endpoint])
-        .args(["--node-id", "node-1", "--state-dir"])
-        .arg(&state_dir)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    driver.child = restarted;
     // The killed driver's socket file is still there until the new process replaces it: retry
     // until the new process answers.
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -9,6 +9,7 @@ mod driver_harness;
 mod driver_sanity;
 mod driver_volumes;
 mod sidecar_cli;
+mod sidecar_driver;
 mod support;
 mod testenv_features;
 mod testenv_lifecycle;

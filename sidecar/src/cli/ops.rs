@@ -4,27 +4,14 @@ use std::collections::HashMap;
 use anyhow::{Context, anyhow, bail};
 use api::proto::{encryptionkeyrotation as ekr, fence, identity, reclaimspace, replication as repl, volumegroup as vg};
 use serde_json::{Value, json};
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 use super::{Cli, Operation};
 use crate::resolve;
 
-/// A channel to a `unix:///path` or `host:port` endpoint (plaintext, as upstream's CLI).
+/// A channel to the driver, connected now so a missing driver is reported at once.
 async fn connect(endpoint: &str) -> anyhow::Result<Channel> {
-    if let Some(path) = endpoint.strip_prefix("unix://") {
-        let path = path.to_owned();
-        return Endpoint::from_static("http://localhost")
-            .connect_with_connector(tower::service_fn(move |_: Uri| {
-                let path = path.clone();
-                async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-                }
-            }))
-            .await
-            .with_context(|| format!("connecting to {endpoint}"));
-    }
-    let uri = if endpoint.contains("://") { endpoint.to_owned() } else { format!("http://{endpoint}") };
-    Endpoint::from_shared(uri)?.connect().await.with_context(|| format!("connecting to {endpoint}"))
+    crate::connect::now(endpoint).await.with_context(|| format!("connecting to {endpoint}"))
 }
 
 async fn cluster(operation: Operation) -> anyhow::Result<kube::Client> {

@@ -1,0 +1,157 @@
+//! The sidecar's connection to its driver's CSI-Addons socket: probed until ready, its identity
+//! and capabilities read, then watched. When the driver goes away the state says so and probing
+//! continues with backoff, so a driver restart is picked up without restarting the sidecar
+//! (upstream exits instead; `--exit-on-driver-loss` keeps that behaviour for those who want it).
+use std::time::Duration;
+
+use api::proto::identity;
+use tokio::sync::watch;
+use tonic::transport::Channel;
+
+/// What the driver told us about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverInfo {
+    pub name: String,
+    pub vendor_version: String,
+    /// `<field>.<VALUE>` strings (see [`api::capabilities`]).
+    pub capabilities: Vec<String>,
+}
+
+/// The driver as the sidecar currently sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DriverState {
+    /// Not reached yet.
+    Connecting,
+    Ready(DriverInfo),
+    /// Was ready, now unreachable or not ready; `reason` says why.
+    Lost {
+        reason: String,
+    },
+}
+
+impl DriverState {
+    pub fn is_ready(&self) -> bool {
+        matches!(self, DriverState::Ready(_))
+    }
+}
+
+/// How the connection is watched.
+#[derive(Debug, Clone, Copy)]
+pub struct Probing {
+    /// Between probes while the driver is ready.
+    pub interval: Duration,
+    /// Timeout of each call to the driver.
+    pub timeout: Duration,
+    /// First and largest wait between attempts while it is not.
+    pub backoff: (Duration, Duration),
+}
+
+impl Default for Probing {
+    fn default() -> Self {
+        Probing {
+            interval: Duration::from_secs(10),
+            timeout: Duration::from_secs(30),
+            backoff: (Duration::from_millis(500), Duration::from_secs(30)),
+        }
+    }
+}
+
+/// A watched connection; dropping it stops the watching.
+pub struct DriverConnection {
+    channel: Channel,
+    state: watch::Receiver<DriverState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for DriverConnection {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl DriverConnection {
+    /// Starts watching the driver at `endpoint` (`unix:///path`, `/path` or `host:port`).
+    pub fn start(endpoint: &str, probing: Probing) -> Result<Self, tonic::transport::Error> {
+        let channel = crate::connect::lazy(endpoint)?;
+        let (tx, state) = watch::channel(DriverState::Connecting);
+        let task = tokio::spawn(watch_driver(channel.clone(), probing, tx));
+        Ok(DriverConnection { channel, state, task })
+    }
+
+    /// The channel calls to the driver go through (it reconnects by itself).
+    pub fn channel(&self) -> Channel {
+        self.channel.clone()
+    }
+
+    /// The current state, and changes to it.
+    pub fn state(&self) -> watch::Receiver<DriverState> {
+        self.state.clone()
+    }
+
+    /// Waits until the driver is ready, up to `timeout`.
+    pub async fn ready(&self, timeout: Duration) -> Option<DriverInfo> {
+        let mut state = self.state.clone();
+        let ready = tokio::time::timeout(timeout, state.wait_for(DriverState::is_ready)).await.ok()?.ok()?;
+        match &*ready {
+            DriverState::Ready(info) => Some(info.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// Probe → identity → capabilities; `Err` says why the driver is not usable.
+async fn query(channel: &Channel, timeout: Duration) -> Result<DriverInfo, String> {
+    let mut client = identity::identity_client::IdentityClient::new(channel.clone());
+    let call = async {
+        let probe =
+            client.probe(identity::ProbeRequest {}).await.map_err(|s| format!("Probe: {}", s.message()))?.into_inner();
+        if probe.ready == Some(false) {
+            return Err("the driver says it is not ready".to_owned());
+        }
+        let id = client
+            .get_identity(identity::GetIdentityRequest {})
+            .await
+            .map_err(|s| format!("GetIdentity: {}", s.message()))?
+            .into_inner();
+        if id.name.is_empty() {
+            return Err("the driver returned an empty name".to_owned());
+        }
+        let caps = client
+            .get_capabilities(identity::GetCapabilitiesRequest {})
+            .await
+            .map_err(|s| format!("GetCapabilities: {}", s.message()))?;
+        Ok(DriverInfo {
+            name: id.name,
+            vendor_version: id.vendor_version,
+            capabilities: api::capabilities::to_strings(&caps.into_inner().capabilities),
+        })
+    };
+    tokio::time::timeout(timeout, call).await.map_err(|_| format!("no answer within {timeout:?}"))?
+}
+
+async fn watch_driver(channel: Channel, probing: Probing, state: watch::Sender<DriverState>) {
+    let mut backoff = probing.backoff.0;
+    loop {
+        let ready_now = state.borrow().is_ready();
+        let next = match query(&channel, probing.timeout).await {
+            Ok(info) => {
+                backoff = probing.backoff.0;
+                DriverState::Ready(info)
+            }
+            Err(reason) if ready_now || matches!(*state.borrow(), DriverState::Lost { .. }) => {
+                DriverState::Lost { reason }
+            }
+            Err(_) => DriverState::Connecting,
+        };
+        let wait = if next.is_ready() { probing.interval } else { backoff };
+        if !next.is_ready() {
+            backoff = (backoff * 2).min(probing.backoff.1);
+        }
+        state.send_if_modified(|current| {
+            let changed = *current != next;
+            *current = next;
+            changed
+        });
+        tokio::time::sleep(wait).await;
+    }
+}
