@@ -7,6 +7,7 @@ pub mod cli;
 pub mod connect;
 pub mod driver;
 pub mod flags;
+pub mod registration;
 pub mod resolve;
 
 pub use flags::SidecarCli;
