@@ -6,6 +6,7 @@
 pub mod capabilities;
 pub mod crds;
 pub mod csiaddons;
+pub mod lease;
 pub mod proto;
 pub mod redact;
 pub mod replication;

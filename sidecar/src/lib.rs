@@ -7,8 +7,14 @@ pub mod cli;
 pub mod connect;
 pub mod driver;
 pub mod flags;
+pub mod guard;
+pub mod http;
+pub mod leader;
+pub mod metrics;
 pub mod registration;
 pub mod resolve;
+pub mod server;
+pub mod tls;
 
 pub use flags::SidecarCli;
 

@@ -39,6 +39,8 @@ pub struct Volume {
     pub node_stage_secret: Option<(String, String)>,
     pub block: bool,
     pub access_modes: Vec<String>,
+    /// `spec.claimRef` as (namespace, name), when bound.
+    pub claim: Option<(String, String)>,
 }
 
 pub async fn volume(client: &Client, pv_name: &str) -> Result<Volume, ResolveError> {
@@ -58,6 +60,7 @@ pub async fn volume(client: &Client, pv_name: &str) -> Result<Volume, ResolveErr
         node_stage_secret,
         block: spec.volume_mode.as_deref() == Some("Block"),
         access_modes: spec.access_modes.unwrap_or_default(),
+        claim: spec.claim_ref.and_then(|c| Some((c.namespace?, c.name?))),
     })
 }
 
@@ -133,6 +136,7 @@ mod tests {
             node_stage_secret: None,
             block,
             access_modes: vec!["ReadWriteOnce".into()],
+            claim: None,
         }
     }
 

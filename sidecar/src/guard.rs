@@ -1,0 +1,189 @@
+//! In front of every RPC: authentication (the bearer token, checked with TokenReview and cached
+//! briefly), authorization (the caller must be one of `--allowed-identities`), and metrics.
+//! Upstream accepts any valid token in the cluster and does a TokenReview on every call.
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use sha2::{Digest, Sha256};
+use tonic::Status;
+use tonic::codegen::http;
+
+use crate::metrics::Metrics;
+
+/// How long a TokenReview answer is reused.
+const ACCEPTED_TTL: Duration = Duration::from_secs(60);
+const REJECTED_TTL: Duration = Duration::from_secs(10);
+/// Bound on cached answers (one per distinct token).
+const CACHE_LIMIT: usize = 1024;
+
+/// A TokenReview answer: the username, or why the token was refused; and until when it is reused.
+type CachedReview = (Result<String, String>, Instant);
+
+/// Who may call.
+pub struct Authenticator {
+    client: kube::Client,
+    allowed: HashSet<String>,
+    /// SHA-256 of the token → (username or why it was refused, expiry). Tokens are not kept.
+    cache: Mutex<HashMap<[u8; 32], CachedReview>>,
+    /// Refusals already logged, so a misconfigured caller does not flood the log.
+    logged: Mutex<HashSet<String>>,
+}
+
+impl Authenticator {
+    pub fn new(client: kube::Client, allowed: &[String]) -> Self {
+        Authenticator {
+            client,
+            allowed: allowed.iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect(),
+            cache: Mutex::default(),
+            logged: Mutex::default(),
+        }
+    }
+
+    /// The caller's identity if it may call, else UNAUTHENTICATED or PERMISSION_DENIED.
+    pub async fn check(&self, headers: &http::HeaderMap) -> Result<String, Status> {
+        let token = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.strip_prefix("Bearer ").unwrap_or(v).trim())
+            .filter(|t| !t.is_empty());
+        let Some(token) = token else {
+            self.log_once("no-token", "refused a call without a bearer token");
+            return Err(Status::unauthenticated("missing authorization: a bearer token is required"));
+        };
+        let user = self.review(token).await.map_err(|reason| {
+            self.log_once(&format!("invalid:{reason}"), &format!("refused a call with an invalid token: {reason}"));
+            Status::unauthenticated(format!("the bearer token was not accepted: {reason}"))
+        })?;
+        if self.allowed.contains(&user) {
+            return Ok(user);
+        }
+        self.log_once(&format!("denied:{user}"), &format!("refused a call from {user}: not in --allowed-identities"));
+        Err(Status::permission_denied(format!("{user} is not allowed to call this sidecar (see --allowed-identities)")))
+    }
+
+    async fn review(&self, token: &str) -> Result<String, String> {
+        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        {
+            let cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some((answer, expiry)) = cache.get(&key)
+                && *expiry > Instant::now()
+            {
+                return answer.clone();
+            }
+        }
+        let review = TokenReview {
+            spec: TokenReviewSpec { token: Some(token.to_owned()), audiences: None },
+            ..Default::default()
+        };
+        let api = kube::Api::<TokenReview>::all(self.client.clone());
+        // An API failure is not the caller's fault: not cached, reported as such.
+        let answer = match api.create(&kube::api::PostParams::default(), &review).await {
+            Ok(reviewed) => {
+                let status = reviewed.status.unwrap_or_default();
+                if status.authenticated == Some(true) {
+                    Ok(status.user.and_then(|u| u.username).unwrap_or_default())
+                } else {
+                    Err(status.error.filter(|e| !e.is_empty()).unwrap_or_else(|| "not authenticated".to_owned()))
+                }
+            }
+            Err(e) => return Err(format!("TokenReview failed: {e}")),
+        };
+        let ttl = if answer.is_ok() { ACCEPTED_TTL } else { REJECTED_TTL };
+        let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if cache.len() >= CACHE_LIMIT {
+            let now = Instant::now();
+            cache.retain(|_, (_, expiry)| *expiry > now);
+            if cache.len() >= CACHE_LIMIT {
+                cache.clear();
+            }
+        }
+        cache.insert(key, (answer.clone(), Instant::now() + ttl));
+        answer
+    }
+
+    fn log_once(&self, key: &str, message: &str) {
+        let mut logged = self.logged.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if logged.len() < CACHE_LIMIT && logged.insert(key.to_owned()) {
+            tracing::warn!("{message}");
+        }
+    }
+}
+
+/// The tower layer: authentication when an [`Authenticator`] is given, metrics always.
+#[derive(Clone)]
+pub struct GuardLayer {
+    auth: Option<Arc<Authenticator>>,
+    metrics: Metrics,
+}
+
+impl GuardLayer {
+    pub fn new(auth: Option<Arc<Authenticator>>, metrics: Metrics) -> Self {
+        GuardLayer { auth, metrics }
+    }
+}
+
+impl<S> tower::Layer<S> for GuardLayer {
+    type Service = Guarded<S>;
+    fn layer(&self, inner: S) -> Guarded<S> {
+        Guarded { inner, auth: self.auth.clone(), metrics: self.metrics.clone() }
+    }
+}
+
+#[derive(Clone)]
+pub struct Guarded<S> {
+    inner: S,
+    auth: Option<Arc<Authenticator>>,
+    metrics: Metrics,
+}
+
+type BoxFuture<T> = std::pin::Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S, B> tower::Service<http::Request<B>> for Guarded<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>> + Clone + Send + 'static,
+    S::Future: Send,
+    B: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        // The clone is the one polled ready; the original stays for the next call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let (auth, metrics) = (self.auth.clone(), self.metrics.clone());
+        Box::pin(async move {
+            let started = Instant::now();
+            // Unknown paths share one label, so callers cannot grow the metric without bound.
+            let path = request.uri().path();
+            let method =
+                if path.starts_with("/identity.Identity/") || path.starts_with("/proto.") { path } else { "other" }
+                    .to_owned();
+            let response = match &auth {
+                Some(auth) => match auth.check(request.headers()).await {
+                    Ok(_) => inner.call(request).await?,
+                    Err(status) => status.into_http(),
+                },
+                None => inner.call(request).await?,
+            };
+            // Unary errors are "trailers-only": the code is in the headers; no code there means OK.
+            let code = response
+                .headers()
+                .get("grpc-status")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<i32>().ok())
+                .map_or(tonic::Code::Ok, tonic::Code::from_i32);
+            metrics.rpcs.with_label_values(&[method.as_str(), &format!("{code:?}")]).inc();
+            metrics.rpc_seconds.with_label_values(&[method.as_str()]).observe(started.elapsed().as_secs_f64());
+            Ok(response)
+        })
+    }
+}
