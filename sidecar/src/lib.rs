@@ -13,14 +13,21 @@ pub mod leader;
 pub mod metrics;
 pub mod registration;
 pub mod resolve;
+pub mod run;
 pub mod server;
 pub mod tls;
 
 pub use flags::SidecarCli;
 
-/// Runs the sidecar.
-pub fn run_sidecar(_cli: SidecarCli) -> anyhow::Result<()> {
-    anyhow::bail!("the sidecar is not implemented yet (issue: Sidecar)")
+/// Runs the sidecar on a small runtime: it relays calls, so two workers are plenty on any node.
+pub fn run_sidecar(cli: SidecarCli) -> Result<(), run::SidecarError> {
+    run::init_logging(cli.verbosity, cli.log_json);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(run::SidecarError::Runtime)?;
+    runtime.block_on(run::run(cli))
 }
 
 #[cfg(test)]

@@ -1,3 +1,3 @@
 fn main() -> anyhow::Result<()> {
-    sidecar::run_sidecar(sidecar::SidecarCli::parse_args())
+    Ok(sidecar::run_sidecar(sidecar::SidecarCli::parse_args())?)
 }
