@@ -12,9 +12,12 @@ pub fn normalize_lease_name(name: &str) -> String {
     out
 }
 
-/// The Lease a driver's sidecars compete for: `<normalized driver name>-csi-addons`.
+/// The Lease a driver's sidecars compete for: `<normalized driver name>-csi-addons`, lowercased.
+/// CSI allows upper case in driver names but Kubernetes object names do not; upstream keeps the
+/// case and so cannot create the Lease for such a driver. For lowercase names (every driver with
+/// a CSIDriver object) the name is upstream's.
 pub fn driver_lease_name(driver: &str) -> String {
-    format!("{}-csi-addons", normalize_lease_name(driver))
+    format!("{}-csi-addons", normalize_lease_name(driver).to_ascii_lowercase())
 }
 
 #[cfg(test)]
@@ -24,6 +27,7 @@ mod tests {
     #[test]
     fn names_are_normalized_as_csi_lib_utils_does() {
         assert_eq!(driver_lease_name("rook-ceph.rbd.csi.ceph.com"), "rook-ceph-rbd-csi-ceph-com-csi-addons");
+        assert_eq!(driver_lease_name("Example.CSI.io"), "example-csi-io-csi-addons");
         assert_eq!(normalize_lease_name("csi_rbd.plugin-"), "csi-rbd-plugin-X");
         assert_eq!(normalize_lease_name("a/b"), "a-b");
         assert_eq!(normalize_lease_name("é"), "-X");

@@ -70,7 +70,8 @@ mod tests {
 
     #[test]
     fn readiness_names_what_is_missing() {
-        let ready = DriverState::Ready(DriverInfo { name: "d".into(), vendor_version: "1".into(), capabilities: vec![] });
+        let ready =
+            DriverState::Ready(DriverInfo { name: "d".into(), vendor_version: "1".into(), capabilities: vec![] });
         assert_eq!(readiness(&ready, true), Ok(()));
         let err = readiness(&DriverState::Lost { reason: "socket gone".into() }, false).unwrap_err();
         assert!(err.contains("socket gone") && err.contains("CSIAddonsNode"), "{err}");

@@ -69,7 +69,15 @@ mod tests {
         m.rpcs.with_label_values(&["/proto.ReclaimSpace/NodeReclaimSpace", "Ok"]).inc();
         m.driver_call::<()>("NodeReclaimSpace", &Err(tonic::Status::not_found("x")));
         let text = m.render();
-        assert!(text.contains("csi_addons_sidecar_rpcs_total{code=\"Ok\",method=\"/proto.ReclaimSpace/NodeReclaimSpace\"} 1"), "{text}");
-        assert!(text.contains("csi_addons_sidecar_driver_calls_total{code=\"NotFound\",method=\"NodeReclaimSpace\"} 1"), "{text}");
+        assert!(
+            text.contains(
+                "csi_addons_sidecar_rpcs_total{code=\"Ok\",method=\"/proto.ReclaimSpace/NodeReclaimSpace\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("csi_addons_sidecar_driver_calls_total{code=\"NotFound\",method=\"NodeReclaimSpace\"} 1"),
+            "{text}"
+        );
     }
 }

@@ -205,7 +205,9 @@ pub async fn run(cli: SidecarCli) -> Result<(), SidecarError> {
         .add_routes(crate::server::routes(backend));
     let serving = async {
         match tls_config {
-            Some(config) => server.serve_with_incoming_shutdown(tls_incoming(listener, config), wait(stop.clone())).await,
+            Some(config) => {
+                server.serve_with_incoming_shutdown(tls_incoming(listener, config), wait(stop.clone())).await
+            }
             None => {
                 let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
                 server.serve_with_incoming_shutdown(incoming, wait(stop.clone())).await
@@ -344,8 +346,9 @@ fn elect(
 fn tls_incoming(
     listener: tokio::net::TcpListener,
     config: Arc<rustls::ServerConfig>,
-) -> tokio_stream::wrappers::ReceiverStream<Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>, std::io::Error>>
-{
+) -> tokio_stream::wrappers::ReceiverStream<
+    Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>, std::io::Error>,
+> {
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     tokio::spawn(async move {
@@ -407,8 +410,8 @@ mod tests {
     fn missing_identity_flags_are_named_with_a_hint() {
         let err = checked_flags(&cli(&["--node-id=n", "--pod=p", "--namespace=ns", "--pod-uid=u"])).unwrap_err();
         assert!(err.to_string().contains("--controller-port is required"), "{err}");
-        let err = checked_flags(&cli(&["--controller-port=9070", "--pod=p", "--namespace=ns", "--pod-uid=u"]))
-            .unwrap_err();
+        let err =
+            checked_flags(&cli(&["--controller-port=9070", "--pod=p", "--namespace=ns", "--pod-uid=u"])).unwrap_err();
         assert!(err.to_string().contains("--node-id"), "{err}");
     }
 

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-
 use rustls::crypto::{CryptoProvider, SupportedKxGroup, ring};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -52,7 +51,10 @@ pub struct TlsSettings {
 /// Where the served certificate comes from.
 #[derive(Debug, Clone)]
 pub enum CertSource {
-    Files { cert: PathBuf, key: PathBuf },
+    Files {
+        cert: PathBuf,
+        key: PathBuf,
+    },
     /// Made at start, as upstream does; the controller cannot verify it.
     SelfSigned,
 }
@@ -163,8 +165,7 @@ fn certified_key_named(
     cert_name: &str,
     key_name: &str,
 ) -> Result<CertifiedKey, TlsError> {
-    let chain: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_slice_iter(cert_pem).filter_map(Result::ok).collect();
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem).filter_map(Result::ok).collect();
     if chain.is_empty() {
         return Err(TlsError::NoCertificate { path: cert_name.to_owned() });
     }
@@ -203,7 +204,9 @@ impl ResolvesServerCert for SelfSignedCert {
         if current.1.elapsed() >= SELF_SIGNED_RENEWAL {
             match Self::make(&self.provider) {
                 Ok(key) => *current = (key, Instant::now()),
-                Err(e) => tracing::warn!(error = %e, "renewing the self-signed certificate failed; keeping the old one"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "renewing the self-signed certificate failed; keeping the old one")
+                }
             }
         }
         Some(current.0.clone())

@@ -8,7 +8,8 @@
 
 mod certs;
 mod control_plane;
-mod process;
+/// Child processes that die with the test process (PDEATHSIG) and stop gracefully.
+pub mod process;
 
 pub use control_plane::{ControlPlane, shared};
 

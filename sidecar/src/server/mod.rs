@@ -156,7 +156,9 @@ fn resolve_status(error: &ResolveError, code: tonic::Code) -> Status {
         ResolveError::NotCsi(_) => None,
     };
     match api_error {
-        Some(kube::Error::Api(status)) if status.code == 404 || status.code == 403 => Status::new(code, error.to_string()),
+        Some(kube::Error::Api(status)) if status.code == 404 || status.code == 403 => {
+            Status::new(code, error.to_string())
+        }
         Some(_) => Status::unavailable(error.to_string()),
         None => Status::new(code, error.to_string()),
     }

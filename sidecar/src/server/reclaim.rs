@@ -34,7 +34,10 @@ pub fn pod_using_claim<'a>(pods: &'a [Pod], claim: &str) -> Option<&'a str> {
         .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Succeeded"))
         .find(|p| {
             let volumes = p.spec.as_ref().and_then(|s| s.volumes.as_ref());
-            volumes.into_iter().flatten().any(|v| v.persistent_volume_claim.as_ref().is_some_and(|c| c.claim_name == claim))
+            volumes
+                .into_iter()
+                .flatten()
+                .any(|v| v.persistent_volume_claim.as_ref().is_some_and(|c| c.claim_name == claim))
         })
         .and_then(|p| p.metadata.uid.as_deref())
 }

@@ -1,0 +1,230 @@
+//! A small CSI-Addons driver on a real Unix socket that records every request it gets, so the
+//! sidecar's mapping (handles, parameters, secrets, paths, access modes) can be asserted exactly.
+//! It also serves CSI NodeGetCapabilities, so it can stand for the driver's CSI socket.
+use std::any::Any;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use api::proto::csi::v1 as csi;
+use api::proto::{encryptionkeyrotation as ekr, fence, identity, reclaimspace, replication, volumegroup};
+use tonic::{Request, Response, Status};
+
+type Log = Vec<(String, Box<dyn Any + Send>)>;
+
+#[derive(Clone)]
+pub struct Recorder {
+    name: String,
+    controller: bool,
+    stages: bool,
+    log: Arc<Mutex<Log>>,
+    failing: Arc<Mutex<Option<(String, Status)>>>,
+}
+
+impl Recorder {
+    fn record<Req: Send + 'static, Resp>(
+        &self,
+        method: &str,
+        request: Req,
+        response: Resp,
+    ) -> Result<Response<Resp>, Status> {
+        self.log.lock().unwrap().push((method.to_owned(), Box::new(request)));
+        match &*self.failing.lock().unwrap() {
+            Some((failing, status)) if failing == method => Err(status.clone()),
+            _ => Ok(Response::new(response)),
+        }
+    }
+}
+
+/// Implements a driver service whose every method records its request and answers `$value`, a
+/// function of the recorder.
+macro_rules! recorded {
+    ($service:path { $($method:ident($request:ty) -> $response:ty = $value:expr;)* }) => {
+        #[tonic::async_trait]
+        impl $service for Recorder {
+            $(
+                async fn $method(&self, request: Request<$request>) -> Result<Response<$response>, Status> {
+                    let value: fn(&Recorder) -> $response = $value;
+                    self.record(stringify!($method), request.into_inner(), value(self))
+                }
+            )*
+        }
+    };
+}
+
+fn capabilities(r: &Recorder) -> identity::GetCapabilitiesResponse {
+    use identity::capability::{ReclaimSpace, Service, Type, reclaim_space, service};
+    let service = |t: service::Type| identity::Capability { r#type: Some(Type::Service(Service { r#type: t as i32 })) };
+    let mut capabilities = vec![
+        service(service::Type::NodeService),
+        identity::Capability {
+            r#type: Some(Type::ReclaimSpace(ReclaimSpace { r#type: reclaim_space::Type::Online as i32 })),
+        },
+    ];
+    if r.controller {
+        capabilities.push(service(service::Type::ControllerService));
+    }
+    identity::GetCapabilitiesResponse { capabilities }
+}
+
+fn node_capabilities(r: &Recorder) -> csi::NodeGetCapabilitiesResponse {
+    use csi::node_service_capability::{Rpc, Type, rpc};
+    let rpc = |t: rpc::Type| csi::NodeServiceCapability { r#type: Some(Type::Rpc(Rpc { r#type: t as i32 })) };
+    let mut capabilities = vec![rpc(rpc::Type::GetVolumeStats)];
+    if r.stages {
+        capabilities.push(rpc(rpc::Type::StageUnstageVolume));
+    }
+    csi::NodeGetCapabilitiesResponse { capabilities }
+}
+
+recorded!(identity::identity_server::Identity {
+    get_identity(identity::GetIdentityRequest) -> identity::GetIdentityResponse =
+        |r| identity::GetIdentityResponse { name: r.name.clone(), vendor_version: "1.0.0".into(), ..Default::default() };
+    get_capabilities(identity::GetCapabilitiesRequest) -> identity::GetCapabilitiesResponse = capabilities;
+    probe(identity::ProbeRequest) -> identity::ProbeResponse = |_| identity::ProbeResponse { ready: Some(true) };
+});
+
+recorded!(reclaimspace::reclaim_space_controller_server::ReclaimSpaceController {
+    controller_reclaim_space(reclaimspace::ControllerReclaimSpaceRequest) -> reclaimspace::ControllerReclaimSpaceResponse =
+        |_| reclaimspace::ControllerReclaimSpaceResponse {
+            pre_usage: Some(reclaimspace::StorageConsumption { usage_bytes: 100 }),
+            post_usage: Some(reclaimspace::StorageConsumption { usage_bytes: 40 }),
+        };
+});
+
+recorded!(reclaimspace::reclaim_space_node_server::ReclaimSpaceNode {
+    node_reclaim_space(reclaimspace::NodeReclaimSpaceRequest) -> reclaimspace::NodeReclaimSpaceResponse =
+        |_| Default::default();
+});
+
+recorded!(fence::fence_controller_server::FenceController {
+    fence_cluster_network(fence::FenceClusterNetworkRequest) -> fence::FenceClusterNetworkResponse = |_| Default::default();
+    unfence_cluster_network(fence::UnfenceClusterNetworkRequest) -> fence::UnfenceClusterNetworkResponse =
+        |_| Default::default();
+    list_cluster_fence(fence::ListClusterFenceRequest) -> fence::ListClusterFenceResponse = |_| Default::default();
+    get_fence_clients(fence::GetFenceClientsRequest) -> fence::GetFenceClientsResponse =
+        |_| fence::GetFenceClientsResponse {
+            clients: vec![fence::ClientDetails {
+                id: "client-1".into(),
+                addresses: vec![fence::Cidr { cidr: "10.1.2.3/32".into() }],
+            }],
+        };
+});
+
+recorded!(replication::controller_server::Controller {
+    enable_volume_replication(replication::EnableVolumeReplicationRequest) -> replication::EnableVolumeReplicationResponse =
+        |_| Default::default();
+    disable_volume_replication(replication::DisableVolumeReplicationRequest) -> replication::DisableVolumeReplicationResponse =
+        |_| Default::default();
+    promote_volume(replication::PromoteVolumeRequest) -> replication::PromoteVolumeResponse = |_| Default::default();
+    demote_volume(replication::DemoteVolumeRequest) -> replication::DemoteVolumeResponse = |_| Default::default();
+    resync_volume(replication::ResyncVolumeRequest) -> replication::ResyncVolumeResponse =
+        |_| replication::ResyncVolumeResponse { ready: true };
+    get_volume_replication_info(replication::GetVolumeReplicationInfoRequest) -> replication::GetVolumeReplicationInfoResponse =
+        |_| replication::GetVolumeReplicationInfoResponse { last_sync_bytes: 4096, ..Default::default() };
+    get_replication_destination_info(replication::GetReplicationDestinationInfoRequest) -> replication::GetReplicationDestinationInfoResponse =
+        |_| replication::GetReplicationDestinationInfoResponse {
+            replication_destination: Some(replication::ReplicationDestination {
+                r#type: Some(replication::replication_destination::Type::Volume(
+                    replication::replication_destination::VolumeDestination { volume_id: "remote-7".into() },
+                )),
+            }),
+        };
+});
+
+recorded!(volumegroup::controller_server::Controller {
+    create_volume_group(volumegroup::CreateVolumeGroupRequest) -> volumegroup::CreateVolumeGroupResponse =
+        |_| volumegroup::CreateVolumeGroupResponse {
+            volume_group: Some(volumegroup::VolumeGroup {
+                volume_group_id: "group-1".into(),
+                volumes: vec![csi::Volume { volume_id: "vol-a".into(), ..Default::default() }],
+                ..Default::default()
+            }),
+        };
+    modify_volume_group_membership(volumegroup::ModifyVolumeGroupMembershipRequest) -> volumegroup::ModifyVolumeGroupMembershipResponse =
+        |_| Default::default();
+    delete_volume_group(volumegroup::DeleteVolumeGroupRequest) -> volumegroup::DeleteVolumeGroupResponse =
+        |_| Default::default();
+    list_volume_groups(volumegroup::ListVolumeGroupsRequest) -> volumegroup::ListVolumeGroupsResponse =
+        |_| Default::default();
+    controller_get_volume_group(volumegroup::ControllerGetVolumeGroupRequest) -> volumegroup::ControllerGetVolumeGroupResponse =
+        |_| Default::default();
+});
+
+recorded!(ekr::encryption_key_rotation_controller_server::EncryptionKeyRotationController {
+    encryption_key_rotate(ekr::EncryptionKeyRotateRequest) -> ekr::EncryptionKeyRotateResponse = |_| Default::default();
+});
+
+recorded!(csi::node_server::Node {
+    node_stage_volume(csi::NodeStageVolumeRequest) -> csi::NodeStageVolumeResponse = |_| Default::default();
+    node_unstage_volume(csi::NodeUnstageVolumeRequest) -> csi::NodeUnstageVolumeResponse = |_| Default::default();
+    node_publish_volume(csi::NodePublishVolumeRequest) -> csi::NodePublishVolumeResponse = |_| Default::default();
+    node_unpublish_volume(csi::NodeUnpublishVolumeRequest) -> csi::NodeUnpublishVolumeResponse = |_| Default::default();
+    node_get_volume_stats(csi::NodeGetVolumeStatsRequest) -> csi::NodeGetVolumeStatsResponse = |_| Default::default();
+    node_expand_volume(csi::NodeExpandVolumeRequest) -> csi::NodeExpandVolumeResponse = |_| Default::default();
+    node_get_capabilities(csi::NodeGetCapabilitiesRequest) -> csi::NodeGetCapabilitiesResponse = node_capabilities;
+    node_get_info(csi::NodeGetInfoRequest) -> csi::NodeGetInfoResponse = |_| Default::default();
+});
+
+/// The driver; stops serving when dropped.
+pub struct RecordingDriver {
+    _dir: tempfile::TempDir,
+    pub socket: PathBuf,
+    recorder: Recorder,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for RecordingDriver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl RecordingDriver {
+    /// `controller`: advertise CONTROLLER_SERVICE; `stages`: advertise STAGE_UNSTAGE_VOLUME.
+    pub fn start(name: &str, controller: bool, stages: bool) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("addons.sock");
+        let recorder =
+            Recorder { name: name.to_owned(), controller, stages, log: Arc::default(), failing: Arc::default() };
+        let routes = tonic::service::Routes::new(identity::identity_server::IdentityServer::new(recorder.clone()))
+            .add_service(reclaimspace::reclaim_space_controller_server::ReclaimSpaceControllerServer::new(
+                recorder.clone(),
+            ))
+            .add_service(reclaimspace::reclaim_space_node_server::ReclaimSpaceNodeServer::new(recorder.clone()))
+            .add_service(fence::fence_controller_server::FenceControllerServer::new(recorder.clone()))
+            .add_service(replication::controller_server::ControllerServer::new(recorder.clone()))
+            .add_service(volumegroup::controller_server::ControllerServer::new(recorder.clone()))
+            .add_service(ekr::encryption_key_rotation_controller_server::EncryptionKeyRotationControllerServer::new(
+                recorder.clone(),
+            ))
+            .add_service(csi::node_server::NodeServer::new(recorder.clone()));
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        let task = tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder().add_routes(routes).serve_with_incoming(incoming).await;
+        });
+        RecordingDriver { _dir: dir, socket, recorder, task }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    /// The last request `method` got.
+    pub fn last<T: Clone + 'static>(&self, method: &str) -> T {
+        let log = self.recorder.log.lock().unwrap();
+        let (_, request) = log.iter().rev().find(|(m, _)| m == method).unwrap_or_else(|| {
+            panic!("the driver got no {method}; it got {:?}", log.iter().map(|(m, _)| m).collect::<Vec<_>>())
+        });
+        request.downcast_ref::<T>().unwrap().clone()
+    }
+
+    pub fn count(&self, method: &str) -> usize {
+        self.recorder.log.lock().unwrap().iter().filter(|(m, _)| m == method).count()
+    }
+
+    /// From now on `method` answers `status`.
+    pub fn fail(&self, method: &str, status: Status) {
+        *self.recorder.failing.lock().unwrap() = Some((method.to_owned(), status));
+    }
+}
