@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod condition;
 pub mod connect;
 pub mod driver;
 pub mod flags;

@@ -224,7 +224,8 @@ async fn watch_until_gone(client: &kube::Client, namespace: &str, name: &str) {
     }
 }
 
-fn now_rfc3339() -> String {
+/// Now, as Kubernetes writes timestamps.
+pub fn now_rfc3339() -> String {
     k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 

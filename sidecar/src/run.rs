@@ -51,6 +51,8 @@ pub enum SidecarError {
     DriverLost(String),
     #[error("starting the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    #[error(transparent)]
+    Recorder(#[from] crate::condition::UnknownRecorder),
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
 }
@@ -123,6 +125,7 @@ pub async fn run(cli: SidecarCli) -> Result<(), SidecarError> {
         tracing::warn!("--enable-auth=false: serving plain TCP without authentication");
         None
     };
+    let recorders = crate::condition::RecorderKind::parse_list(&cli.volume_condition_recorders)?;
     let metrics = Metrics::new()?;
     let client = kube::Client::try_default().await.map_err(SidecarError::Kube)?;
 
@@ -170,6 +173,23 @@ pub async fn run(cli: SidecarCli) -> Result<(), SidecarError> {
         registered_tx,
         stop.clone(),
     ));
+    if cli.enable_volume_condition {
+        // Upstream reads a fixed kubelet path; --csi-address names the socket wherever it is.
+        let csi_address = cli.csi_address.clone().unwrap_or_else(|| {
+            format!("unix://{}/plugins/{}/csi.sock", cli.kubelet_dir.trim_end_matches('/'), info.name)
+        });
+        let reporter = crate::condition::Reporter {
+            client: client.clone(),
+            driver: info.name.clone(),
+            node_id: cli.node_id.clone(),
+            csi_address,
+            kubelet_dir: cli.kubelet_dir.clone().into(),
+            staging_root: cli.stagingpath.clone(),
+            interval: cli.volume_condition_interval.max(Duration::from_secs(1)),
+            recorders,
+        };
+        tasks.spawn(reporter.run(stop.clone()));
+    }
     let leadership = if info.capabilities.iter().any(|c| c == "service.CONTROLLER_SERVICE") {
         let namespace =
             if cli.leader_election_namespace.is_empty() { &cli.namespace } else { &cli.leader_election_namespace };

@@ -10,6 +10,7 @@ mod driver_sanity;
 mod driver_volumes;
 mod recording_driver;
 mod sidecar_cli;
+mod sidecar_condition;
 mod sidecar_driver;
 mod sidecar_harness;
 mod sidecar_leader;

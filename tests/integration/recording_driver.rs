@@ -18,6 +18,7 @@ pub struct Recorder {
     stages: bool,
     log: Arc<Mutex<Log>>,
     failing: Arc<Mutex<Option<(String, Status)>>>,
+    condition: Arc<Mutex<Option<csi::VolumeCondition>>>,
 }
 
 impl Recorder {
@@ -69,7 +70,7 @@ fn capabilities(r: &Recorder) -> identity::GetCapabilitiesResponse {
 fn node_capabilities(r: &Recorder) -> csi::NodeGetCapabilitiesResponse {
     use csi::node_service_capability::{Rpc, Type, rpc};
     let rpc = |t: rpc::Type| csi::NodeServiceCapability { r#type: Some(Type::Rpc(Rpc { r#type: t as i32 })) };
-    let mut capabilities = vec![rpc(rpc::Type::GetVolumeStats)];
+    let mut capabilities = vec![rpc(rpc::Type::GetVolumeStats), rpc(rpc::Type::VolumeCondition)];
     if r.stages {
         capabilities.push(rpc(rpc::Type::StageUnstageVolume));
     }
@@ -159,7 +160,8 @@ recorded!(csi::node_server::Node {
     node_unstage_volume(csi::NodeUnstageVolumeRequest) -> csi::NodeUnstageVolumeResponse = |_| Default::default();
     node_publish_volume(csi::NodePublishVolumeRequest) -> csi::NodePublishVolumeResponse = |_| Default::default();
     node_unpublish_volume(csi::NodeUnpublishVolumeRequest) -> csi::NodeUnpublishVolumeResponse = |_| Default::default();
-    node_get_volume_stats(csi::NodeGetVolumeStatsRequest) -> csi::NodeGetVolumeStatsResponse = |_| Default::default();
+    node_get_volume_stats(csi::NodeGetVolumeStatsRequest) -> csi::NodeGetVolumeStatsResponse =
+        |r| csi::NodeGetVolumeStatsResponse { volume_condition: r.condition.lock().unwrap().clone(), ..Default::default() };
     node_expand_volume(csi::NodeExpandVolumeRequest) -> csi::NodeExpandVolumeResponse = |_| Default::default();
     node_get_capabilities(csi::NodeGetCapabilitiesRequest) -> csi::NodeGetCapabilitiesResponse = node_capabilities;
     node_get_info(csi::NodeGetInfoRequest) -> csi::NodeGetInfoResponse = |_| Default::default();
@@ -184,8 +186,14 @@ impl RecordingDriver {
     pub fn start(name: &str, controller: bool, stages: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("addons.sock");
-        let recorder =
-            Recorder { name: name.to_owned(), controller, stages, log: Arc::default(), failing: Arc::default() };
+        let recorder = Recorder {
+            name: name.to_owned(),
+            controller,
+            stages,
+            log: Arc::default(),
+            failing: Arc::default(),
+            condition: Arc::default(),
+        };
         let routes = tonic::service::Routes::new(identity::identity_server::IdentityServer::new(recorder.clone()))
             .add_service(reclaimspace::reclaim_space_controller_server::ReclaimSpaceControllerServer::new(
                 recorder.clone(),
@@ -221,6 +229,11 @@ impl RecordingDriver {
 
     pub fn count(&self, method: &str) -> usize {
         self.recorder.log.lock().unwrap().iter().filter(|(m, _)| m == method).count()
+    }
+
+    /// From now on NodeGetVolumeStats reports this condition.
+    pub fn set_condition(&self, abnormal: bool, message: &str) {
+        *self.recorder.condition.lock().unwrap() = Some(csi::VolumeCondition { abnormal, message: message.to_owned() });
     }
 
     /// From now on `method` answers `status`.
