@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: all build test test-peers lint manifests check-manifests control-plane protos demo fmt clippy help
+.PHONY: all build test bench-sidecar test-peers lint manifests check-manifests control-plane protos demo fmt clippy help
 
 all: build
 
@@ -16,6 +16,13 @@ test: control-plane test-peers ## Run every test: unit tests, then the suites on
 	# The suites run the project's binaries as real processes: build them first.
 	$(CARGO) build --workspace --bins --locked
 	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" CSI_SANITY="$$(hack/csi-sanity.sh)" $(CARGO) test --workspace --locked
+
+bench-sidecar: control-plane ## Print our sidecar's RSS next to upstream's v0.14.0 sidecar (the image's build; builds upstream's once)
+	$(CARGO) build --profile sidecar --locked -p sidecar --bin csi-addons-sidecar
+	$(CARGO) build --workspace --bins --locked
+	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" UPSTREAM_SIDECAR="$$(hack/upstream-binaries.sh sidecar)" \
+	CSI_ADDONS_SIDECAR="$$PWD/target/sidecar/csi-addons-sidecar" \
+	$(CARGO) test --locked -p integration-tests --test integration bench_sidecar -- --ignored --nocapture
 
 manifests: ## Regenerate config/crd/bases from the Rust types
 	$(CARGO) run -q --locked -p api --bin crdgen -- --dir config/crd/bases

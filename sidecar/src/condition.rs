@@ -9,7 +9,7 @@ use std::time::Duration;
 use api::proto::csi::v1 as csi;
 use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference, PersistentVolume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use tokio::sync::watch;
 
 /// Annotation prefix on PVCs; the suffix is the node's UID.
@@ -56,11 +56,15 @@ pub struct Reported {
 
 /// The handles of `driver`'s volumes in the Node's `status.volumesAttached`
 /// (`kubernetes.io/csi/<driver>^<handle>`).
-pub fn attached_handles(node: &Node, driver: &str) -> Vec<String> {
+/// The Node is read as plain JSON: its full type is large and only this list is needed.
+pub fn attached_handles(node: &DynamicObject, driver: &str) -> Vec<String> {
     let prefix = format!("kubernetes.io/csi/{driver}^");
-    let attached = node.status.as_ref().and_then(|s| s.volumes_attached.as_ref());
-    let mut handles: Vec<String> =
-        attached.into_iter().flatten().filter_map(|v| v.name.strip_prefix(&prefix).map(str::to_owned)).collect();
+    let attached = node.data["status"]["volumesAttached"].as_array();
+    let mut handles: Vec<String> = attached
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["name"].as_str()?.strip_prefix(&prefix).map(str::to_owned))
+        .collect();
     handles.sort();
     handles.dedup();
     handles
@@ -137,7 +141,7 @@ impl Reporter {
     }
 
     async fn tick(&self, cache: &mut HashMap<String, Reported>) -> Result<(), String> {
-        let node = Api::<Node>::all(self.client.clone())
+        let node = Api::<DynamicObject>::all_with(self.client.clone(), &ApiResource::erase::<Node>(&()))
             .get(&self.node_id)
             .await
             .map_err(|e| format!("reading Node {}: {e}", self.node_id))?;
@@ -316,7 +320,8 @@ mod tests {
 
     #[test]
     fn only_this_drivers_attached_volumes_count() {
-        let node: Node = serde_json::from_value(serde_json::json!({
+        let node: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": "n"},
             "status": {"volumesAttached": [
                 {"name": "kubernetes.io/csi/rbd.csi.ceph.com^0001-abc", "devicePath": ""},

@@ -20,11 +20,12 @@ pub mod tls;
 
 pub use flags::SidecarCli;
 
-/// Runs the sidecar on a small runtime: it relays calls, so two workers are plenty on any node.
+/// Runs the sidecar on one thread: it relays calls and waits on the network, so more threads
+/// would buy nothing but memory (each thread that allocates gets its own malloc arena).
 pub fn run_sidecar(cli: SidecarCli) -> Result<(), run::SidecarError> {
     run::init_logging(cli.verbosity, cli.log_json);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .max_blocking_threads(2)
         .enable_all()
         .build()
         .map_err(run::SidecarError::Runtime)?;

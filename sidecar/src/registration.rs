@@ -83,7 +83,9 @@ fn plain(r: &OwnerReference) -> OwnerReference {
 /// The owner as upstream resolves it: a ReplicaSet's Deployment names the object but the Pod
 /// owns it (Deployment Pods move between nodes); any other owner does both.
 pub async fn owner(client: &kube::Client, namespace: &str, pod_name: &str) -> Result<Owner, RegistrationError> {
-    let pod = Api::<Pod>::namespaced(client.clone(), namespace).get(pod_name).await.map_err(|source| {
+    // Metadata only: the owner is all that is needed, and whole Pods and ReplicaSets are large
+    // types to deserialize (and to carry in the binary).
+    let pod = Api::<Pod>::namespaced(client.clone(), namespace).get_metadata(pod_name).await.map_err(|source| {
         RegistrationError::Pod { namespace: namespace.to_owned(), name: pod_name.to_owned(), source }
     })?;
     let first = controller_or_first(pod.metadata.owner_references.as_ref())
@@ -92,7 +94,7 @@ pub async fn owner(client: &kube::Client, namespace: &str, pod_name: &str) -> Re
         return Ok(Owner { kind: first.kind.clone(), name: first.name.clone(), reference: plain(first) });
     }
     let rs = Api::<ReplicaSet>::namespaced(client.clone(), namespace)
-        .get(&first.name)
+        .get_metadata(&first.name)
         .await
         .map_err(|source| RegistrationError::ReplicaSet { name: first.name.clone(), source })?;
     let (kind, name) = match controller_or_first(rs.metadata.owner_references.as_ref()) {

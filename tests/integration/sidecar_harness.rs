@@ -167,7 +167,11 @@ impl SidecarProcess {
         let (port, http_port) = (free_port(), free_port());
         let log_dir = tempfile::tempdir().unwrap();
         let log = log_dir.path().join("sidecar.log");
-        let mut command = Command::new(workspace_binary("csi-addons-sidecar"));
+        // The benchmark runs a release build.
+        let binary = std::env::var_os("CSI_ADDONS_SIDECAR")
+            .filter(|p| !p.is_empty())
+            .map_or_else(|| workspace_binary("csi-addons-sidecar"), PathBuf::from);
+        let mut command = Command::new(binary);
         command
             .arg(format!("-csi-addons-address={driver_endpoint}"))
             .arg(format!("-node-id={node}"))
@@ -199,6 +203,10 @@ impl SidecarProcess {
         command.args(extra);
         let child = testenv::process::spawn(command).unwrap();
         SidecarProcess { child, port, http_port, log, _log_dir: log_dir }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn log(&self) -> String {

@@ -230,6 +230,10 @@ async fn key_rotation_and_fencing_map_their_requests() {
     let sent: ekr::EncryptionKeyRotateRequest = f.driver.last("encryption_key_rotate");
     assert_eq!((sent.volume_id.as_str(), &sent.parameters), (handle.as_str(), &attributes()));
     assert_eq!(sent.secrets, secrets(&[("key", "fence-key")]));
+    // A complete capability (upstream sends one without an access type, invalid in CSI).
+    let capability = sent.volume_capability.unwrap();
+    assert!(matches!(capability.access_type, Some(csi::volume_capability::AccessType::Mount(_))));
+    assert_ne!(capability.access_mode.unwrap().mode, 0);
 
     let mut fencing = pb::network_fence_client::NetworkFenceClient::new(f.channel.clone());
     let request = pb::NetworkFenceRequest {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use api::proto::{internal as pb, reclaimspace as driver};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use tonic::{Request, Response, Status};
 
 use super::Backend;
@@ -27,17 +27,15 @@ pub fn publish_path(kubelet_dir: &str, pod_uid: &str, volume: &Volume) -> String
     }
 }
 
-/// The UID of a running Pod on `node` that mounts the PV's claim.
-pub fn pod_using_claim<'a>(pods: &'a [Pod], claim: &str) -> Option<&'a str> {
+/// The UID of a running Pod among `pods` that mounts `claim`. Pods are read as plain JSON:
+/// deserializing whole Pods would put their large types in the binary for three fields.
+pub fn pod_using_claim<'a>(pods: &'a [DynamicObject], claim: &str) -> Option<&'a str> {
     pods.iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Succeeded"))
+        .filter(|p| !matches!(p.data["status"]["phase"].as_str(), Some("Succeeded" | "Failed")))
         .find(|p| {
-            let volumes = p.spec.as_ref().and_then(|s| s.volumes.as_ref());
-            volumes
-                .into_iter()
-                .flatten()
-                .any(|v| v.persistent_volume_claim.as_ref().is_some_and(|c| c.claim_name == claim))
+            let volumes = p.data["spec"]["volumes"].as_array();
+            volumes.into_iter().flatten().any(|v| v["persistentVolumeClaim"]["claimName"].as_str() == Some(claim))
         })
         .and_then(|p| p.metadata.uid.as_deref())
 }
@@ -52,7 +50,8 @@ impl Reclaim {
             return String::new();
         }
         let params = ListParams::default().fields(&format!("spec.nodeName={}", b.node_id));
-        match Api::<Pod>::namespaced(b.kube.clone(), namespace).list(&params).await {
+        let pods = ApiResource::erase::<Pod>(&());
+        match Api::<DynamicObject>::namespaced_with(b.kube.clone(), namespace, &pods).list(&params).await {
             Ok(pods) => pod_using_claim(&pods.items, claim)
                 .map(|uid| publish_path(&b.kubelet_dir, uid, volume))
                 .unwrap_or_default(),
@@ -139,12 +138,14 @@ mod tests {
 
     #[test]
     fn the_pod_is_found_by_its_claim() {
-        let pod: Pod = serde_json::from_value(serde_json::json!({
+        let pod: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p", "uid": "uid-7"},
             "spec": {"containers": [], "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}]}
         }))
         .unwrap();
-        let finished: Pod = serde_json::from_value(serde_json::json!({
+        let finished: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "q", "uid": "uid-8"},
             "spec": {"containers": [], "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}]},
             "status": {"phase": "Succeeded"}
