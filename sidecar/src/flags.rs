@@ -46,31 +46,40 @@ pub struct SidecarCli {
     /// Namespace of the leader-election Lease (default: the Pod's).
     #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "")]
     pub leader_election_namespace: String,
-    #[arg(long, default_value = "15s", value_parser = duration)]
+    /// How long a Lease holder is trusted without renewing.
+    #[arg(long, env = "LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = duration)]
     pub leader_election_lease_duration: Duration,
-    #[arg(long, default_value = "10s", value_parser = duration)]
+    /// How long the holder tries to renew before giving up (renewal starts this long before expiry).
+    #[arg(long, env = "LEADER_ELECTION_RENEW_DEADLINE", default_value = "10s", value_parser = duration)]
     pub leader_election_renew_deadline: Duration,
-    #[arg(long, default_value = "5s", value_parser = duration)]
+    /// Accepted for compatibility: the Lease manager paces its retries from the two above.
+    #[arg(long, env = "LEADER_ELECTION_RETRY_PERIOD", default_value = "5s", value_parser = duration)]
     pub leader_election_retry_period: Duration,
     /// TLS and a bearer token checked with TokenReview on every call; false serves plain TCP.
     #[arg(long, env = "ENABLE_AUTH", default_value = "true", num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
     pub enable_auth: bool,
     /// Report abnormal volume conditions.
-    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
+    #[arg(long, env = "ENABLE_VOLUME_CONDITION", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
     pub enable_volume_condition: bool,
-    #[arg(long, default_value = "1m", value_parser = duration)]
+    /// How often volume conditions are checked.
+    #[arg(long, env = "VOLUME_CONDITION_INTERVAL", default_value = "1m", value_parser = duration)]
     pub volume_condition_interval: Duration,
     /// Where volume conditions go: log, pvcEvent, pvcAnnotation.
-    #[arg(long, default_value = "log,pvcEvent,pvcAnnotation", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "VOLUME_CONDITION_RECORDERS",
+        default_value = "log,pvcEvent,pvcAnnotation",
+        value_delimiter = ','
+    )]
     pub volume_condition_recorders: Vec<String>,
     /// Minimum TLS version: VersionTLS12 or VersionTLS13.
-    #[arg(long, default_value = "VersionTLS12")]
+    #[arg(long, env = "TLS_MIN_VERSION", default_value = "VersionTLS12")]
     pub tls_min_version: String,
     /// TLS 1.2 cipher suites (IANA names), comma-separated.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, env = "TLS_CIPHER_SUITES", value_delimiter = ',')]
     pub tls_cipher_suites: Vec<String>,
     /// TLS curve preferences, comma-separated.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, env = "TLS_CURVE_PREFERENCES", value_delimiter = ',')]
     pub tls_curve_preferences: Vec<String>,
     /// Accepted and ignored (Go runtime tuning).
     #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
@@ -78,7 +87,7 @@ pub struct SidecarCli {
 
     // ---- logging: klog's and zap's flags are accepted; -v maps to our level ----
     /// Log verbosity (klog's -v): 0 info, ≥ 4 debug, ≥ 6 trace.
-    #[arg(short = 'v', long = "v", default_value_t = 0)]
+    #[arg(short = 'v', long = "v", env = "LOG_VERBOSITY", default_value_t = 0)]
     pub verbosity: u8,
     /// Accepted for compatibility (logs always go to stderr).
     #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
@@ -117,7 +126,7 @@ pub struct SidecarCli {
     #[arg(long, env = "HTTP_ADDRESS", default_value = "")]
     pub http_address: String,
     /// Exit when the driver connection is lost (upstream's behaviour) instead of reconnecting.
-    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
+    #[arg(long, env = "EXIT_ON_DRIVER_LOSS", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
     pub exit_on_driver_loss: bool,
     /// Log as JSON lines.
     #[arg(long, env = "LOG_JSON", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
@@ -179,6 +188,18 @@ mod tests {
         assert_eq!(cli.volume_condition_interval, Duration::from_secs(60));
         assert_eq!(cli.leader_election_retry_period, Duration::from_secs(5));
         assert!(cli.http_address.is_empty(), "no extra port unless asked");
+    }
+
+    #[test]
+    fn every_flag_that_does_something_can_be_set_from_the_environment() {
+        let command = SidecarCli::command();
+        let missing: Vec<_> = command
+            .get_arguments()
+            .filter(|a| !a.is_hide_set() && !matches!(a.get_id().as_str(), "help" | "version"))
+            .filter(|a| a.get_env().is_none())
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(missing.is_empty(), "flags without an environment variable: {missing:?}");
     }
 
     #[test]
