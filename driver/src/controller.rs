@@ -150,7 +150,7 @@ impl csi::controller_server::Controller for Controller {
                         .map_err(|e| Status::internal(format!("copying the volume's source: {e}")))?;
                 }
                 layout
-                    .create_volume_file(&volume.id, bytes.unsigned_abs())
+                    .create_volume_file(&volume.id, bytes.unsigned_abs(), access_type == AccessType::Mount)
                     .map_err(|e| Status::internal(format!("creating the volume's file: {e}")))?;
                 state.volumes.insert(volume.id.clone(), volume.clone());
                 Ok(volume)
@@ -290,7 +290,7 @@ impl csi::controller_server::Controller for Controller {
                     )));
                 }
                 layout
-                    .create_volume_file(&v.id, wanted.unsigned_abs())
+                    .create_volume_file(&v.id, wanted.unsigned_abs(), v.access_type == AccessType::Mount)
                     .map_err(|e| Status::internal(format!("growing the volume's file: {e}")))?;
                 v.capacity_bytes = wanted;
                 Ok(v.clone())

@@ -26,6 +26,31 @@ impl Mode {
     }
 }
 
+/// How filesystem volumes are kept (`--filesystem-backend`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FilesystemBackend {
+    Auto,
+    Loop,
+    Directory,
+}
+
+impl FilesystemBackend {
+    /// Whether filesystem volumes are directories; `auto` decides from the machine and says why.
+    pub fn directories(self) -> bool {
+        match self {
+            FilesystemBackend::Loop => false,
+            FilesystemBackend::Directory => true,
+            FilesystemBackend::Auto => match crate::mounts::loop_unavailable_reason() {
+                Some(reason) => {
+                    tracing::warn!(%reason, "filesystem volumes are plain directories on this machine");
+                    true
+                }
+                None => false,
+            },
+        }
+    }
+}
+
 /// The topology key: volumes live on the machine of the plugin that created them.
 pub const TOPOLOGY_KEY: &str = "topology.reference.csi-addons-rs.io/node";
 
@@ -41,6 +66,8 @@ pub struct Config {
     /// Total bytes volumes may take together.
     pub capacity_bytes: i64,
     pub mode: Mode,
+    /// Filesystem volumes are plain directories (machines without loop devices, mkfs or root).
+    pub directories: bool,
 }
 
 /// The driver: configuration, state and where volume data lives.
@@ -77,7 +104,7 @@ impl Driver {
         let store = Store::open(&config.state_dir)?;
         let state = store.load()?;
         Ok(Arc::new(Driver {
-            layout: Layout::new(&config.state_dir),
+            layout: Layout::new(&config.state_dir, config.directories),
             config,
             store,
             state: Mutex::new(state),

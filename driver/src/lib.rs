@@ -56,6 +56,11 @@ pub struct Cli {
     /// Which services to run.
     #[arg(long, env = "MODE", value_enum, default_value_t = Mode::Both)]
     pub mode: Mode,
+    /// How filesystem volumes are kept: `loop` (a sparse file, loop-attached and ext4-formatted),
+    /// `directory` (a plain directory, bind-mounted), or `auto`: loop where the machine allows it
+    /// (root, /dev/loop-control, mkfs.ext4), else directories.
+    #[arg(long, env = "FILESYSTEM_BACKEND", value_enum, default_value_t = driver::FilesystemBackend::Auto)]
+    pub filesystem_backend: driver::FilesystemBackend,
     /// Log as JSON lines instead of plain text.
     #[arg(long, env = "LOG_JSON")]
     pub log_json: bool,
@@ -85,6 +90,7 @@ pub async fn serve(cli: Cli, stop: tokio::sync::watch::Receiver<bool>) -> anyhow
         state_dir: cli.state_dir,
         capacity_bytes: cli.capacity_bytes,
         mode: cli.mode,
+        directories: cli.filesystem_backend.directories(),
     })?;
     if driver.config.mode.node() {
         register_fence_client(&driver).await?;

@@ -41,6 +41,23 @@ fn run(program: &str, args: &[&str]) -> Result<String, MountError> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
+/// Why loop-backed filesystem volumes cannot work here, or `None` when they can: they need root,
+/// `/dev/loop-control` and `mkfs.ext4`.
+pub fn loop_unavailable_reason() -> Option<String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Some("not running as root".into());
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        return Some("/dev/loop-control is missing".into());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs = std::env::split_paths(&path).chain(["/sbin".into(), "/usr/sbin".into()]);
+    if !dirs.into_iter().any(|d: PathBuf| d.join("mkfs.ext4").is_file()) {
+        return Some("mkfs.ext4 is not installed".into());
+    }
+    None
+}
+
 /// Loop devices currently backed by `file`.
 pub fn loop_devices_of(file: &Path) -> Result<Vec<String>, MountError> {
     let listing = run("losetup", &["--noheadings", "--output", "NAME", "--associated", &file.to_string_lossy()])?;

@@ -95,7 +95,17 @@ impl csi::node_server::Node for Node {
                 volume.id, volume.access_type
             )));
         }
-        let device = mounts::attach(&self.file(&volume)).map_err(internal)?;
+        let file = self.file(&volume);
+        if file.is_dir() {
+            // A directory volume (no loop devices here): staged by a bind mount.
+            if !mounts::is_mount_point(&staging).map_err(internal)? {
+                std::fs::create_dir_all(&staging)
+                    .map_err(|source| internal(MountError::Io { action: "creating", path: staging.clone(), source }))?;
+                mounts::bind(&file, &staging, false).map_err(internal)?;
+            }
+            return Ok(Response::new(csi::NodeStageVolumeResponse {}));
+        }
+        let device = mounts::attach(&file).map_err(internal)?;
         if access_type == AccessType::Mount && !mounts::is_mount_point(&staging).map_err(internal)? {
             mounts::format_if_blank(&device).map_err(internal)?;
             // The volume may have grown while unstaged (ControllerExpandVolume).
@@ -116,7 +126,10 @@ impl csi::node_server::Node for Node {
         let staging = required_path("staging_target_path", &request.staging_target_path)?;
         mounts::unmount(&staging).map_err(internal)?;
         if validate_id("volume_id", &request.volume_id).is_ok() {
-            mounts::detach(&self.0.layout.volume_file(&request.volume_id)).map_err(internal)?;
+            let file = self.0.layout.volume_file(&request.volume_id);
+            if file.is_file() {
+                mounts::detach(&file).map_err(internal)?;
+            }
         }
         Ok(Response::new(csi::NodeUnstageVolumeResponse {}))
     }
@@ -239,6 +252,10 @@ impl csi::node_server::Node for Node {
         let (volume, _) = self.volume_at(&request.volume_id, &request.volume_path).await?;
         let _busy = self.0.begin(&volume.id)?;
         let file = self.file(&volume);
+        if file.is_dir() {
+            // A directory has no size to grow.
+            return Ok(Response::new(csi::NodeExpandVolumeResponse { capacity_bytes: volume.capacity_bytes }));
+        }
         mounts::refresh_size(&file).map_err(internal)?;
         if volume.access_type == AccessType::Mount
             && let Some(device) = mounts::loop_devices_of(&file).map_err(internal)?.into_iter().next()

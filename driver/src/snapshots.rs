@@ -73,10 +73,7 @@ pub async fn delete(driver: &Arc<Driver>, id: &str) -> Result<(), Status> {
     let file = driver.layout.snapshot_file(id);
     driver
         .update(|state| {
-            match std::fs::remove_file(&file) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(internal(e)),
-                _ => {}
-            }
+            space::remove_data(&file).map_err(internal)?;
             state.snapshots.remove(id);
             Ok(())
         })

@@ -8,10 +8,59 @@ use nix::unistd::Whence;
 
 use crate::mounts::MountError;
 
-/// Bytes the host has allocated to `file` (what reclaiming space lowers).
+/// Bytes the host has allocated to `file` (what reclaiming space lowers); for a directory
+/// volume, to everything under it.
 pub fn allocated_bytes(file: &Path) -> std::io::Result<i64> {
-    let blocks = std::fs::metadata(file)?.blocks();
-    Ok(i64::try_from(blocks.saturating_mul(512)).unwrap_or(i64::MAX))
+    Ok(i64::try_from(allocated_blocks(file)?.saturating_mul(512)).unwrap_or(i64::MAX))
+}
+
+fn allocated_blocks(path: &Path) -> std::io::Result<u64> {
+    let meta = std::fs::symlink_metadata(path)?;
+    if !meta.is_dir() {
+        return Ok(meta.blocks());
+    }
+    let mut blocks = 0u64;
+    for entry in std::fs::read_dir(path)? {
+        blocks = blocks.saturating_add(allocated_blocks(&entry?.path())?);
+    }
+    Ok(blocks)
+}
+
+/// Removes a volume's or snapshot's data, file or directory. Idempotent.
+pub fn remove_data(path: &Path) -> std::io::Result<()> {
+    let removed = if path.is_dir() { std::fs::remove_dir_all(path) } else { std::fs::remove_file(path) };
+    match removed {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Copies a directory volume's tree to `to` (replaced atomically, files copied sparsely). Symlinks
+/// are copied as links, never followed, so a volume cannot make the driver read outside it.
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<u64> {
+    fn copy_into(from: &Path, to: &Path) -> std::io::Result<u64> {
+        std::fs::create_dir_all(to)?;
+        let mut copied = 0;
+        for entry in std::fs::read_dir(from)? {
+            let entry = entry?;
+            let (source, target) = (entry.path(), to.join(entry.file_name()));
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                copied += copy_into(&source, &target)?;
+            } else if kind.is_symlink() {
+                std::os::unix::fs::symlink(std::fs::read_link(&source)?, &target)?;
+            } else if kind.is_file() {
+                copied += sparse_copy(&source, &target)?;
+            }
+        }
+        Ok(copied)
+    }
+    let tmp = to.with_extension("partial");
+    remove_data(&tmp)?;
+    let copied = copy_into(from, &tmp)?;
+    remove_data(to)?;
+    std::fs::rename(&tmp, to)?;
+    Ok(copied)
 }
 
 /// Runs fstrim on the filesystem mounted at `mount_point`: the filesystem tells the loop device
@@ -59,9 +108,12 @@ pub fn punch_zero_ranges(file: &Path) -> std::io::Result<()> {
 }
 
 /// Copies `from` to `to` (replaced atomically), writing only the allocated ranges so holes stay
-/// holes. Returns the bytes of data copied.
+/// holes; a directory volume is copied as a tree. Returns the bytes of data copied.
 pub fn sparse_copy(from: &Path, to: &Path) -> std::io::Result<u64> {
     use std::io::Write;
+    if from.is_dir() {
+        return copy_tree(from, to);
+    }
     let mut source = std::fs::File::open(from)?;
     let len = source.metadata()?.len();
     if let Some(parent) = to.parent() {

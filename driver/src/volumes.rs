@@ -43,18 +43,21 @@ pub fn new_id() -> std::io::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Paths of volume data under the state directory.
+/// Paths of volume data under the state directory. A volume's data is a sparse file, or, for
+/// filesystem volumes on machines without loop devices, a directory at the same path; copies
+/// (snapshots, clones, replicas) take the form of their source.
 #[derive(Debug, Clone)]
 pub struct Layout {
     root: PathBuf,
+    directories: bool,
 }
 
 impl Layout {
-    pub fn new(state_dir: &Path) -> Self {
-        Layout { root: state_dir.to_owned() }
+    pub fn new(state_dir: &Path, directories: bool) -> Self {
+        Layout { root: state_dir.to_owned(), directories }
     }
 
-    /// The sparse file holding a volume's data. `id` must have passed [`validate_id`].
+    /// The sparse file (or directory) holding a volume's data. `id` must have passed [`validate_id`].
     pub fn volume_file(&self, id: &str) -> PathBuf {
         self.root.join("volumes").join(format!("{id}.img"))
     }
@@ -64,11 +67,17 @@ impl Layout {
         self.root.join("snapshots").join(format!("{id}.img"))
     }
 
-    /// Creates (or grows to) a sparse file of `bytes` for volume `id`. Idempotent.
-    pub fn create_volume_file(&self, id: &str, bytes: u64) -> std::io::Result<()> {
+    /// Creates (or grows to) a sparse file of `bytes` for volume `id`; a directory instead for a
+    /// filesystem volume (`filesystem`) when this machine keeps them so, or when its data is
+    /// already one (a copy of a directory volume). Idempotent.
+    pub fn create_volume_file(&self, id: &str, bytes: u64, filesystem: bool) -> std::io::Result<()> {
         let path = self.volume_file(id);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
+        }
+        if path.is_dir() || (self.directories && filesystem && !path.exists()) {
+            // A directory has no size to grow: capacity is what the state records.
+            return std::fs::create_dir_all(&path);
         }
         let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
         if file.metadata()?.len() < bytes {
@@ -79,10 +88,7 @@ impl Layout {
 
     /// Removes a volume's data. Idempotent.
     pub fn remove_volume_file(&self, id: &str) -> std::io::Result<()> {
-        match std::fs::remove_file(self.volume_file(id)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        }
+        crate::space::remove_data(&self.volume_file(id))
     }
 }
 
@@ -112,14 +118,29 @@ mod tests {
     fn volume_files_are_sparse_and_creation_is_idempotent() {
         use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
-        let layout = Layout::new(dir.path());
-        layout.create_volume_file("v1", 1 << 30).unwrap();
-        layout.create_volume_file("v1", 1 << 30).unwrap();
+        let layout = Layout::new(dir.path(), false);
+        layout.create_volume_file("v1", 1 << 30, true).unwrap();
+        layout.create_volume_file("v1", 1 << 30, true).unwrap();
         let meta = std::fs::metadata(layout.volume_file("v1")).unwrap();
         assert_eq!(meta.len(), 1 << 30);
         assert!(meta.blocks() * 512 < 1 << 20, "a new 1 GiB volume allocates almost nothing");
         layout.remove_volume_file("v1").unwrap();
         layout.remove_volume_file("v1").unwrap();
         assert!(!layout.volume_file("v1").exists());
+    }
+
+    #[test]
+    fn without_loop_devices_filesystem_volumes_are_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path(), true);
+        layout.create_volume_file("fs", 1 << 30, true).unwrap();
+        layout.create_volume_file("fs", 2 << 30, true).unwrap();
+        assert!(layout.volume_file("fs").is_dir());
+        layout.create_volume_file("raw", 1 << 20, false).unwrap();
+        assert!(layout.volume_file("raw").is_file(), "block volumes stay files");
+        std::fs::write(layout.volume_file("fs").join("data"), b"x").unwrap();
+        layout.remove_volume_file("fs").unwrap();
+        layout.remove_volume_file("fs").unwrap();
+        assert!(!layout.volume_file("fs").exists());
     }
 }

@@ -7,6 +7,9 @@ use crate::driver_harness::{Harness, MIB, allocated, mount_capability, write_and
 
 #[tokio::test]
 async fn node_reclaim_space_gives_freed_blocks_back_to_the_host() {
+    if crate::driver_harness::skip_without_loop_devices("node_reclaim_space_gives_freed_blocks_back_to_the_host") {
+        return;
+    }
     let h = Harness::start().await;
     let id = h.create("reclaim-online", 128 * MIB).await;
     let (staging, target) = h.mount(&id).await;
@@ -35,6 +38,9 @@ async fn node_reclaim_space_gives_freed_blocks_back_to_the_host() {
 
 #[tokio::test]
 async fn controller_reclaim_space_trims_an_unmounted_volume() {
+    if crate::driver_harness::skip_without_loop_devices("controller_reclaim_space_trims_an_unmounted_volume") {
+        return;
+    }
     let h = Harness::start().await;
     let id = h.create("reclaim-offline", 128 * MIB).await;
     let (staging, target) = h.mount(&id).await;
@@ -119,6 +125,9 @@ async fn addons_identity_reports_what_the_driver_serves() {
 
 #[tokio::test]
 async fn a_fenced_node_cannot_publish_until_unfenced() {
+    if crate::driver_harness::skip_without_loop_devices("a_fenced_node_cannot_publish_until_unfenced") {
+        return;
+    }
     let h = Harness::start_with(&["--node-ip", "10.1.2.3"]).await;
     let mut fences = fence::fence_controller_client::FenceControllerClient::new(h.addons.clone());
     let clients =
@@ -249,6 +258,9 @@ async fn volume_group_membership_changes_and_its_rules() {
 
 #[tokio::test]
 async fn replication_copies_volume_data_to_the_second_site() {
+    if crate::driver_harness::skip_without_loop_devices("replication_copies_volume_data_to_the_second_site") {
+        return;
+    }
     let h = Harness::start().await;
     let id = h.create("replicated", 64 * MIB).await;
     write_through_mount(&h, &id, "first.bin", 8 * MIB as usize).await;

@@ -11,6 +11,18 @@ use crate::support::unix_channel;
 
 pub const MIB: i64 = 1 << 20;
 
+/// Whether a test that needs loop devices (loop-backed filesystems, raw block volumes, fstrim)
+/// must skip on this machine; it says why on stderr.
+pub fn skip_without_loop_devices(test: &str) -> bool {
+    match reference_driver::mounts::loop_unavailable_reason() {
+        Some(why) => {
+            eprintln!("{test}: skipped: loop devices are unusable here ({why})");
+            true
+        }
+        None => false,
+    }
+}
+
 pub fn mount_capability() -> csi::VolumeCapability {
     csi::VolumeCapability {
         access_mode: Some(csi::volume_capability::AccessMode {
@@ -55,6 +67,14 @@ impl Harness {
         };
         let mut controller = csi::controller_client::ControllerClient::new(self.csi.clone());
         controller.create_volume(request).await.unwrap().into_inner().volume.unwrap().volume_id
+    }
+
+    /// A snapshot of volume `id`.
+    pub async fn snapshot(&self, id: &str, name: &str) -> csi::Snapshot {
+        let request =
+            csi::CreateSnapshotRequest { source_volume_id: id.into(), name: name.into(), ..Default::default() };
+        let mut controller = csi::controller_client::ControllerClient::new(self.csi.clone());
+        controller.create_snapshot(request).await.unwrap().into_inner().snapshot.unwrap()
     }
 
     /// Stages and publishes `id`; returns (staging, target).

@@ -89,23 +89,16 @@ async fn hostile_input_gets_clear_errors_and_writes_nothing_outside_the_state_di
 
 #[tokio::test]
 async fn snapshots_restore_and_clones_carry_the_data() {
+    if crate::driver_harness::skip_without_loop_devices("snapshots_restore_and_clones_carry_the_data") {
+        return;
+    }
     let h = Harness::start().await;
     let id = h.create("snapshotted", 32 * MIB).await;
     write_through_mount(&h, &id, "data.bin", 4 * MIB as usize).await;
     let at_snapshot = std::fs::read(h.backing_file(&id)).unwrap();
 
     let mut controller = csi::controller_client::ControllerClient::new(h.csi.clone());
-    let snapshot = controller
-        .create_snapshot(csi::CreateSnapshotRequest {
-            source_volume_id: id.clone(),
-            name: "snap-1".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .snapshot
-        .unwrap();
+    let snapshot = h.snapshot(&id, "snap-1").await;
     assert!(snapshot.ready_to_use);
     // The volume changes after the snapshot; the snapshot must not.
     write_through_mount(&h, &id, "later.bin", 2 * MIB as usize).await;
@@ -157,6 +150,11 @@ async fn snapshots_restore_and_clones_carry_the_data() {
 
 #[tokio::test]
 async fn an_expanded_volume_has_the_larger_filesystem_once_staged_again() {
+    if crate::driver_harness::skip_without_loop_devices(
+        "an_expanded_volume_has_the_larger_filesystem_once_staged_again",
+    ) {
+        return;
+    }
     let h = Harness::start().await;
     let id = h.create("growing", 32 * MIB).await;
     let (staging, target) = h.mount(&id).await;
@@ -193,4 +191,68 @@ fn statfs(path: &Path) -> (u64, u64) {
     let text = String::from_utf8(out.stdout).unwrap();
     let mut parts = text.split_whitespace().map(|n| n.parse::<u64>().unwrap());
     (parts.next().unwrap(), parts.next().unwrap())
+}
+
+/// Machines without loop devices keep filesystem volumes as directories: data written through
+/// the published path lands in the volume, snapshots and clones copy the tree, reclaim space has
+/// nothing to release (pre = post), and nothing needs a loop device.
+#[tokio::test]
+async fn directory_volumes_hold_data_through_publish_snapshot_and_reclaim() {
+    let h = Harness::start_with(&["--filesystem-backend=directory"]).await;
+    let id = h.create("directory-volume", 16 * MIB).await;
+    assert!(h.backing_file(&id).is_dir(), "a directory volume was not made");
+    let (staging, target) = h.mount(&id).await;
+    std::fs::create_dir_all(target.join("sub")).unwrap();
+    std::fs::write(target.join("sub/hello.txt"), b"hello").unwrap();
+    assert_eq!(std::fs::read(h.backing_file(&id).join("sub/hello.txt")).unwrap(), b"hello");
+
+    let mut controller = csi::controller_client::ControllerClient::new(h.csi.clone());
+    let snapshot = h.snapshot(&id, "dir-snap").await;
+    std::fs::write(target.join("sub/hello.txt"), b"changed").unwrap();
+    use csi::volume_content_source::{SnapshotSource, Type};
+    let restored = controller
+        .create_volume(csi::CreateVolumeRequest {
+            name: "dir-restored".into(),
+            capacity_range: Some(csi::CapacityRange { required_bytes: 16 * MIB, limit_bytes: 0 }),
+            volume_capabilities: vec![mount_capability()],
+            volume_content_source: Some(csi::VolumeContentSource {
+                r#type: Some(Type::Snapshot(SnapshotSource { snapshot_id: snapshot.snapshot_id })),
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(std::fs::read(h.backing_file(&restored.volume_id).join("sub/hello.txt")).unwrap(), b"hello");
+
+    let mut node = csi::node_client::NodeClient::new(h.csi.clone());
+    let stats = node
+        .node_get_volume_stats(csi::NodeGetVolumeStatsRequest {
+            volume_id: id.clone(),
+            volume_path: target.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stats.volume_condition.map(|c| c.abnormal), Some(false));
+
+    let reclaimed = reclaimspace::reclaim_space_node_client::ReclaimSpaceNodeClient::new(h.addons.clone())
+        .node_reclaim_space(reclaimspace::NodeReclaimSpaceRequest {
+            volume_id: id.clone(),
+            volume_path: target.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (pre, post) = (reclaimed.pre_usage.unwrap().usage_bytes, reclaimed.post_usage.unwrap().usage_bytes);
+    assert_eq!(pre, post, "a directory volume has nothing to release");
+    assert!(post > 0);
+
+    h.unmount(&id, &staging, &target).await;
+    controller.delete_volume(csi::DeleteVolumeRequest { volume_id: id.clone(), ..Default::default() }).await.unwrap();
+    assert!(!h.backing_file(&id).exists(), "the directory was not removed");
 }

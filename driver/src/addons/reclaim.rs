@@ -82,7 +82,11 @@ impl pb::reclaim_space_controller_server::ReclaimSpaceController for Reclaim {
         let _busy = self.0.begin(&volume.id)?;
         let file = self.0.layout.volume_file(&volume.id);
         let scratch = self.0.config.state_dir.join("reclaim");
-        let (pre, post) = measured(file, move |file| reclaim_offline(&volume, &scratch, file)).await?;
+        let (pre, post) = measured(file, move |file| {
+            // A directory volume holds only its files' blocks: nothing is left to release.
+            if file.is_dir() { Ok(()) } else { reclaim_offline(&volume, &scratch, file) }
+        })
+        .await?;
         Ok(Response::new(pb::ControllerReclaimSpaceResponse { pre_usage: usage(pre), post_usage: usage(post) }))
     }
 }
@@ -106,6 +110,9 @@ impl pb::reclaim_space_node_server::ReclaimSpaceNode for Reclaim {
             .collect();
         let block = volume.access_type == AccessType::Block;
         let (pre, post) = measured(file, move |file| {
+            if file.is_dir() {
+                return Ok(()); // a directory volume: nothing to release (see above)
+            }
             if block {
                 return space::punch_zero_ranges(file).map_err(internal);
             }
