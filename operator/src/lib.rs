@@ -2,15 +2,14 @@
 
 #![forbid(unsafe_code)]
 
-use clap::Parser;
+pub mod config;
+pub mod flags;
 
-/// Command line of `csi-addons-manager`.
-#[derive(Parser, Debug)]
-#[command(name = "csi-addons-manager", version = build_info::LONG_VERSION, about = "CSI-Addons controller manager")]
-pub struct Cli {}
+pub use flags::ManagerCli;
 
 /// Runs the manager.
-pub fn run(_cli: Cli) -> anyhow::Result<()> {
+pub fn run(cli: ManagerCli) -> anyhow::Result<()> {
+    let _settings = config::Settings::from_flags(&cli);
     anyhow::bail!("the controllers are not implemented yet (issue: Operator core)")
 }
 
@@ -20,7 +19,7 @@ mod tests {
 
     #[test]
     fn version_names_the_workspace_version_and_commit() {
-        let version = super::Cli::command().render_version();
+        let version = super::ManagerCli::command().render_version();
         assert!(version.starts_with(&format!("csi-addons-manager {} (commit ", build_info::VERSION)), "{version}");
     }
 }

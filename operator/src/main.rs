@@ -1,5 +1,3 @@
-use clap::Parser;
-
 fn main() -> anyhow::Result<()> {
-    operator::run(operator::Cli::parse())
+    operator::run(operator::ManagerCli::parse_args())
 }
