@@ -11,7 +11,7 @@ use std::ffi::OsString;
 pub fn normalize(command: &clap::Command, args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
     let longs: Vec<String> = command
         .get_arguments()
-        .flat_map(|a| a.get_long_and_visible_aliases().into_iter().flatten())
+        .flat_map(|a| a.get_long().into_iter().chain(a.get_all_aliases().into_iter().flatten()))
         .map(str::to_owned)
         .chain(["help".to_owned(), "version".to_owned()])
         .collect();
@@ -35,6 +35,17 @@ pub fn normalize(command: &clap::Command, args: impl IntoIterator<Item = OsStrin
                 _ => arg,
             }
         })
+        .collect()
+}
+
+/// The visible flags of `command` that cannot be set from an environment variable (hidden
+/// compatibility flags, `--help` and `--version` aside): for tests that every flag can be.
+pub fn flags_without_env(command: &clap::Command) -> Vec<String> {
+    command
+        .get_arguments()
+        .filter(|a| !a.is_hide_set() && !matches!(a.get_id().as_str(), "help" | "version"))
+        .filter(|a| a.get_env().is_none())
+        .map(|a| a.get_id().to_string())
         .collect()
 }
 

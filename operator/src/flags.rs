@@ -247,6 +247,7 @@ mod tests {
         }
         // The ConfigMap key's plural spelling works as a flag too; legacy precedence values too.
         assert_eq!(parse(&["--max-group-pvcs=7"]).unwrap().max_group_pvc, 7);
+        assert_eq!(parse(&["-max-group-pvcs=8"]).unwrap().max_group_pvc, 8);
         assert_eq!(
             parse(&["--schedule-precedence=sc-only"]).unwrap().schedule_precedence,
             SchedulePrecedence::StorageClass
@@ -256,13 +257,7 @@ mod tests {
 
     #[test]
     fn every_flag_that_does_something_can_be_set_from_the_environment() {
-        let command = ManagerCli::command();
-        let missing: Vec<_> = command
-            .get_arguments()
-            .filter(|a| !a.is_hide_set() && !matches!(a.get_id().as_str(), "help" | "version"))
-            .filter(|a| a.get_env().is_none())
-            .map(|a| a.get_id().to_string())
-            .collect();
+        let missing = go_flags::flags_without_env(&ManagerCli::command());
         assert!(missing.is_empty(), "flags without an environment variable: {missing:?}");
     }
 }

@@ -192,13 +192,7 @@ mod tests {
 
     #[test]
     fn every_flag_that_does_something_can_be_set_from_the_environment() {
-        let command = SidecarCli::command();
-        let missing: Vec<_> = command
-            .get_arguments()
-            .filter(|a| !a.is_hide_set() && !matches!(a.get_id().as_str(), "help" | "version"))
-            .filter(|a| a.get_env().is_none())
-            .map(|a| a.get_id().to_string())
-            .collect();
+        let missing = go_flags::flags_without_env(&SidecarCli::command());
         assert!(missing.is_empty(), "flags without an environment variable: {missing:?}");
     }
 
