@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod flags;
+pub mod schedule;
 
 pub use flags::ManagerCli;
 
