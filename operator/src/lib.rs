@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod cronjob;
 pub mod flags;
 pub mod schedule;
 
