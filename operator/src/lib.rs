@@ -5,6 +5,7 @@
 pub mod config;
 pub mod cronjob;
 pub mod flags;
+pub mod job;
 pub mod schedule;
 
 pub use flags::ManagerCli;
