@@ -7,6 +7,7 @@ pub mod cronjob;
 pub mod flags;
 pub mod job;
 pub mod schedule;
+pub mod sidecar_client;
 
 pub use flags::ManagerCli;
 

@@ -1,0 +1,234 @@
+//! How the manager talks to a sidecar: TLS that verifies the sidecar against `--sidecar-ca-file`
+//! (or, without it, upstream's unverified TLS, so our manager can drive upstream's self-signed
+//! sidecars), plain TCP with `--enable-auth=false`, and the manager's ServiceAccount token on
+//! every call, re-read from its file as the kubelet rotates it.
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// Projected tokens are replaced well before they expire; re-reading once a minute follows them.
+const TOKEN_REREAD: Duration = Duration::from_secs(60);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a sidecar could not be reached or the client could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0} holds no PEM certificate")]
+    NoCertificate(String),
+    #[error("the sidecar CA cannot be used: {0}")]
+    BadCa(String),
+    #[error("endpoint {endpoint:?}: {why}")]
+    Endpoint { endpoint: String, why: String },
+    #[error("connecting to sidecar {endpoint}: {source}")]
+    Connect {
+        endpoint: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+}
+
+/// The manager's bearer token, from a file, cached briefly. Never logged.
+pub struct TokenFile {
+    path: PathBuf,
+    cached: Mutex<Option<(String, Instant)>>,
+}
+
+impl TokenFile {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        TokenFile { path: path.into(), cached: Mutex::new(None) }
+    }
+
+    pub fn token(&self) -> Result<String, ClientError> {
+        let mut cached = self.cached.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((token, read_at)) = cached.as_ref()
+            && read_at.elapsed() < TOKEN_REREAD
+        {
+            return Ok(token.clone());
+        }
+        let token = std::fs::read_to_string(&self.path)
+            .map_err(|source| ClientError::Read { path: self.path.display().to_string(), source })?
+            .trim()
+            .to_owned();
+        *cached = Some((token.clone(), Instant::now()));
+        Ok(token)
+    }
+}
+
+/// Adds `authorization: Bearer <token>` to every call; a token that cannot be read fails the
+/// call as UNAUTHENTICATED with the reason.
+#[derive(Clone)]
+pub struct BearerToken(Option<Arc<TokenFile>>);
+
+impl Interceptor for BearerToken {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        let Some(file) = &self.0 else { return Ok(request) };
+        let token = file.token().map_err(|e| tonic::Status::unauthenticated(e.to_string()))?;
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| tonic::Status::unauthenticated("the token file holds characters a header cannot carry"))?;
+        request.metadata_mut().insert("authorization", value);
+        Ok(request)
+    }
+}
+
+/// A connection to one sidecar, with the token interceptor.
+pub type SidecarChannel = InterceptedService<Channel, BearerToken>;
+
+/// How the manager secures its calls to sidecars.
+#[derive(Clone)]
+pub struct Security {
+    /// `None`: plain TCP and no token (`--enable-auth=false`).
+    tls: Option<Arc<rustls::ClientConfig>>,
+    token: BearerToken,
+}
+
+impl Security {
+    /// `--enable-auth=false`.
+    pub fn plain() -> Self {
+        Security { tls: None, token: BearerToken(None) }
+    }
+
+    /// TLS and the token in `token_file`; the sidecar verified against `ca_file`, or, without one,
+    /// not verified (upstream's behaviour; logged once by the caller).
+    pub fn tls(token_file: impl Into<PathBuf>, ca_file: Option<&str>) -> Result<Self, ClientError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| ClientError::BadCa(e.to_string()))?;
+        let mut config = match ca_file {
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|source| ClientError::Read { path: path.to_owned(), source })?;
+                let mut roots = rustls::RootCertStore::empty();
+                let certs: Vec<CertificateDer<'static>> = rustls_pemfile_certs(&pem);
+                if certs.is_empty() {
+                    return Err(ClientError::NoCertificate(path.to_owned()));
+                }
+                for cert in certs {
+                    roots.add(cert).map_err(|e| ClientError::BadCa(e.to_string()))?;
+                }
+                builder.with_root_certificates(roots).with_no_client_auth()
+            }
+            None => builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(Unverified(provider)))
+                .with_no_client_auth(),
+        };
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(Security { tls: Some(Arc::new(config)), token: BearerToken(Some(Arc::new(TokenFile::new(token_file)))) })
+    }
+
+    /// Connects to `address` (`host:port`, IPv6 in brackets).
+    pub async fn connect(&self, address: &str) -> Result<SidecarChannel, ClientError> {
+        let bad = |why: &str| ClientError::Endpoint { endpoint: address.to_owned(), why: why.to_owned() };
+        let endpoint = Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|e| bad(&e.to_string()))?
+            .connect_timeout(CONNECT_TIMEOUT);
+        let connected = match &self.tls {
+            None => endpoint.connect().await,
+            Some(config) => {
+                let host = address.rsplit_once(':').map(|(h, _)| h).ok_or_else(|| bad("no port"))?;
+                let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+                let name = ServerName::try_from(host).map_err(|e| bad(&e.to_string()))?;
+                let connector = tokio_rustls::TlsConnector::from(config.clone());
+                let target = address.to_owned();
+                endpoint
+                    .connect_with_connector(tower::service_fn(move |_: Uri| {
+                        let (connector, name, target) = (connector.clone(), name.clone(), target.clone());
+                        async move {
+                            let tcp = tokio::net::TcpStream::connect(&target).await?;
+                            let tls = connector.connect(name, tcp).await?;
+                            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
+                        }
+                    }))
+                    .await
+            }
+        };
+        let channel = connected.map_err(|source| ClientError::Connect { endpoint: address.to_owned(), source })?;
+        Ok(InterceptedService::new(channel, self.token.clone()))
+    }
+}
+
+/// The PEM certificates in `pem`.
+fn rustls_pemfile_certs(pem: &[u8]) -> Vec<CertificateDer<'static>> {
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::pem_slice_iter(pem).filter_map(Result::ok).collect()
+}
+
+/// Accepts any server certificate: upstream's `InsecureSkipVerify`, used only without
+/// `--sidecar-ca-file` so our manager can drive sidecars with a self-signed certificate.
+/// Signatures are still checked, so the handshake proves the sidecar holds the key it shows.
+#[derive(Debug)]
+struct Unverified(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for Unverified {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_is_reread_and_trimmed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "abc\n").unwrap();
+        let file = TokenFile::new(&path);
+        assert_eq!(file.token().unwrap(), "abc");
+        let missing = TokenFile::new(dir.path().join("nope")).token().unwrap_err().to_string();
+        assert!(missing.contains("nope"), "{missing}");
+    }
+
+    #[test]
+    fn a_ca_file_without_certificates_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.crt");
+        std::fs::write(&path, "not a certificate").unwrap();
+        let err = Security::tls("/token", Some(path.to_str().unwrap())).err().unwrap().to_string();
+        assert!(err.contains("holds no PEM certificate"), "{err}");
+        assert!(Security::tls("/token", None).is_ok());
+    }
+}
