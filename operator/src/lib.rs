@@ -6,6 +6,7 @@ pub mod config;
 pub mod cronjob;
 pub mod flags;
 pub mod job;
+pub mod pool;
 pub mod schedule;
 pub mod sidecar_client;
 

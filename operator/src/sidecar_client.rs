@@ -71,6 +71,13 @@ impl TokenFile {
 #[derive(Clone)]
 pub struct BearerToken(Option<Arc<TokenFile>>);
 
+impl BearerToken {
+    /// No token (plain TCP towards sidecars with auth off).
+    pub fn none() -> Self {
+        BearerToken(None)
+    }
+}
+
 impl Interceptor for BearerToken {
     fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         let Some(file) = &self.0 else { return Ok(request) };
@@ -97,7 +104,7 @@ pub struct Security {
 impl Security {
     /// `--enable-auth=false`.
     pub fn plain() -> Self {
-        Security { tls: None, token: BearerToken(None) }
+        Security { tls: None, token: BearerToken::none() }
     }
 
     /// TLS and the token in `token_file`; the sidecar verified against `ca_file`, or, without one,

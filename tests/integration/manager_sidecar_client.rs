@@ -64,3 +64,50 @@ async fn the_manager_verifies_the_sidecar_and_sends_its_token() {
     assert!(capabilities(&unverified, self_signed.port).await.is_ok());
     assert!(capabilities(&with_ca, self_signed.port).await.is_err(), "a self-signed certificate passed verification");
 }
+
+/// The pool finds a driver's leader through its Lease even when another namespace holds a
+/// sidecar of the same driver that is unreachable and has no Lease, and node lookups ignore it.
+#[tokio::test]
+async fn the_pool_finds_the_leader_past_a_broken_sidecar() {
+    use operator::pool::{Connection, Pool, parse_endpoint, resolve};
+
+    let cp = testenv::shared();
+    let client = cp.client().await.unwrap();
+    let namespace = cp.namespace(&client, "manager-pool").await.unwrap();
+    let elsewhere = cp.namespace(&client, "manager-pool-other").await.unwrap();
+    let driver = RecordingDriver::start(DRIVER, true, false);
+    let pod = sidecar_pod(&client, &namespace, "node-p1", Workload::DaemonSet, "csi-plugin").await;
+    let sidecar = SidecarProcess::start(&pod, "node-p1", &driver.endpoint(), Serving::Plain, &[]);
+    sidecar.wait_ready().await;
+    sidecar.wait_leader(true).await;
+
+    let security = Security::plain();
+    let address = resolve(&client, &parse_endpoint(&format!("127.0.0.1:{}", sidecar.port)).unwrap()).await.unwrap();
+    let connection = |namespace: &str, pod: &str, node: &str, channel| Connection {
+        namespace: namespace.to_owned(),
+        name: format!("{node}-{namespace}"),
+        driver: DRIVER.to_owned(),
+        node_id: node.to_owned(),
+        pod: pod.to_owned(),
+        endpoint: address.clone(),
+        capabilities: vec!["service.CONTROLLER_SERVICE".into(), "reclaim_space.ONLINE".into()],
+        channel,
+    };
+    let pool = Pool::default();
+    // A sidecar whose port answers nothing (a lazy channel: the pool never dials on lookup).
+    let dead = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
+    let dead =
+        tonic::service::interceptor::InterceptedService::new(dead, operator::sidecar_client::BearerToken::none());
+    pool.put(connection(&elsewhere, "dead-pod", "node-p2", dead));
+    let live = security.connect(&address).await.unwrap();
+    pool.put(connection(&namespace, &pod.name, "node-p1", live));
+
+    let leader = pool.leader(&client, DRIVER).await.unwrap();
+    assert_eq!((leader.namespace.as_str(), leader.pod.as_str()), (namespace.as_str(), pod.name.as_str()));
+    let node = pool.on_node(DRIVER, "node-p1", "reclaim_space.ONLINE").unwrap();
+    assert_eq!(node.pod, pod.name);
+    let missing = pool.on_node(DRIVER, "node-p1", "reclaim_space.OFFLINE").unwrap_err().to_string();
+    assert!(missing.contains("reclaim_space.OFFLINE") && missing.contains("node-p1"), "{missing}");
+    let none = pool.leader(&client, "other.driver").await.unwrap_err().to_string();
+    assert!(none.contains("no sidecar of driver other.driver"), "{none}");
+}

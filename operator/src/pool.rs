@@ -1,0 +1,247 @@
+//! The pool of sidecar connections, one per CSIAddonsNode, keyed as upstream
+//! (`<namespace>/<normalized pod name>`), with the lookups the reconcilers need. Unlike upstream,
+//! a lookup never dials (channels reconnect by themselves), so one broken sidecar cannot fail a
+//! lookup for the others (defect 9); the leader is found through the driver's Lease in every
+//! namespace that has its sidecars, in a fixed order (defect 20); `ip:port` endpoints work
+//! (defect 7); an empty pod name is a key like any other (defect 25).
+use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::sync::{Arc, RwLock};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+
+use crate::sidecar_client::SidecarChannel;
+
+/// Where a CSIAddonsNode says its sidecar listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// `pod://<pod>.<namespace>:<port>`: dial the Pod's IP.
+    Pod { name: String, namespace: String, port: u16 },
+    /// `<ip>:<port>` (IPv6 in brackets), from the sidecar's `--controller-ip`.
+    Address { ip: IpAddr, port: u16 },
+}
+
+/// Parses a CSIAddonsNode endpoint; the error says what is wrong with it.
+pub fn parse_endpoint(endpoint: &str) -> Result<Target, String> {
+    let port_of = |text: &str| text.parse::<u16>().map_err(|_| format!("{text:?} is not a port number"));
+    if let Some(rest) = endpoint.strip_prefix("pod://") {
+        let (host, port) = rest.rsplit_once(':').ok_or("a pod:// endpoint needs a port")?;
+        let (name, namespace) = host.split_once('.').ok_or("a pod:// endpoint is pod://<pod>.<namespace>:<port>")?;
+        if name.is_empty() || namespace.is_empty() || namespace.contains('.') {
+            return Err("a pod:// endpoint is pod://<pod>.<namespace>:<port>".into());
+        }
+        return Ok(Target::Pod { name: name.to_owned(), namespace: namespace.to_owned(), port: port_of(port)? });
+    }
+    if endpoint.contains("://") {
+        return Err("only pod:// endpoints and <ip>:<port> are understood".into());
+    }
+    let (host, port) = endpoint.rsplit_once(':').ok_or("an endpoint needs a port")?;
+    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    let ip = host.parse::<IpAddr>().map_err(|_| format!("{host:?} is not an IP address"))?;
+    Ok(Target::Address { ip, port: port_of(port)? })
+}
+
+/// `ip:port`, IPv6 in brackets.
+pub fn socket_address(ip: IpAddr, port: u16) -> String {
+    std::net::SocketAddr::new(ip, port).to_string()
+}
+
+/// The address to dial for `target`: a Pod's `status.podIP`, or the address itself.
+pub async fn resolve(client: &kube::Client, target: &Target) -> Result<String, String> {
+    match target {
+        Target::Address { ip, port } => Ok(socket_address(*ip, *port)),
+        Target::Pod { name, namespace, port } => {
+            let pod = Api::<Pod>::namespaced(client.clone(), namespace)
+                .get_opt(name)
+                .await
+                .map_err(|e| format!("reading Pod {namespace}/{name}: {e}"))?
+                .ok_or_else(|| format!("Pod {namespace}/{name} does not exist"))?;
+            let ip = pod.status.and_then(|s| s.pod_ip).filter(|ip| !ip.is_empty());
+            let ip = ip.ok_or_else(|| format!("Pod {namespace}/{name} has no IP yet"))?;
+            let ip = ip.parse::<IpAddr>().map_err(|_| format!("Pod {namespace}/{name} has IP {ip:?}"))?;
+            Ok(socket_address(ip, *port))
+        }
+    }
+}
+
+/// A sidecar the manager can call.
+pub struct Connection {
+    /// The CSIAddonsNode's namespace and name.
+    pub namespace: String,
+    pub name: String,
+    pub driver: String,
+    pub node_id: String,
+    /// The sidecar's Pod (for the pool key and the leader lookup).
+    pub pod: String,
+    pub endpoint: String,
+    /// `<field>.<VALUE>` strings.
+    pub capabilities: Vec<String>,
+    pub channel: SidecarChannel,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("key", &self.key())
+            .field("driver", &self.driver)
+            .field("node_id", &self.node_id)
+            .field("endpoint", &self.endpoint)
+            .field("capabilities", &self.capabilities)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    pub fn key(&self) -> String {
+        pool_key(&self.namespace, &self.pod)
+    }
+
+    pub fn offers(&self, capability: &str) -> bool {
+        self.capabilities.iter().any(|c| c == capability)
+    }
+}
+
+/// `<namespace>/<normalized pod name>`.
+pub fn pool_key(namespace: &str, pod: &str) -> String {
+    format!("{namespace}/{}", api::lease::normalize_lease_name(pod))
+}
+
+/// Why no connection was found; says what was looked for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LookupError {
+    #[error("no sidecar of driver {driver} on node {node} offers {capability}")]
+    NoNodeSidecar { driver: String, node: String, capability: String },
+    #[error("no sidecar of driver {driver} is registered")]
+    NoSidecars { driver: String },
+    #[error("no leader found for driver {driver}: {why}")]
+    NoLeader { driver: String, why: String },
+}
+
+/// The connections, shared by all reconcilers.
+#[derive(Default)]
+pub struct Pool {
+    connections: RwLock<HashMap<String, Arc<Connection>>>,
+}
+
+impl Pool {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Connection>>> {
+        self.connections.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Adds or replaces the connection under its key.
+    pub fn put(&self, connection: Connection) -> Arc<Connection> {
+        let connection = Arc::new(connection);
+        let mut map = self.connections.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.insert(connection.key(), connection.clone());
+        connection
+    }
+
+    pub fn remove(&self, key: &str) -> Option<Arc<Connection>> {
+        self.connections.write().unwrap_or_else(std::sync::PoisonError::into_inner).remove(key)
+    }
+
+    pub fn get(&self, key: &str) -> Option<Arc<Connection>> {
+        self.read().get(key).cloned()
+    }
+
+    /// How many connections there are (for metrics).
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.read().is_empty()
+    }
+
+    /// The sidecar of `driver` on `node` that offers `capability` (the first by key, so the
+    /// choice is stable).
+    pub fn on_node(&self, driver: &str, node: &str, capability: &str) -> Result<Arc<Connection>, LookupError> {
+        let map = self.read();
+        let mut matching: Vec<&Arc<Connection>> =
+            map.values().filter(|c| c.driver == driver && c.node_id == node && c.offers(capability)).collect();
+        matching.sort_by_key(|c| c.key());
+        matching.first().map(|c| Arc::clone(c)).ok_or_else(|| LookupError::NoNodeSidecar {
+            driver: driver.to_owned(),
+            node: node.to_owned(),
+            capability: capability.to_owned(),
+        })
+    }
+
+    /// Namespaces that hold sidecars of `driver`, sorted.
+    pub fn namespaces_of(&self, driver: &str) -> BTreeSet<String> {
+        self.read().values().filter(|c| c.driver == driver).map(|c| c.namespace.clone()).collect()
+    }
+
+    /// The sidecar holding `driver`'s Lease, looked up in each namespace that has its sidecars.
+    pub async fn leader(&self, client: &kube::Client, driver: &str) -> Result<Arc<Connection>, LookupError> {
+        let namespaces = self.namespaces_of(driver);
+        if namespaces.is_empty() {
+            return Err(LookupError::NoSidecars { driver: driver.to_owned() });
+        }
+        let lease_name = api::lease::driver_lease_name(driver);
+        let mut why = Vec::new();
+        for namespace in namespaces {
+            let lease = Api::<Lease>::namespaced(client.clone(), &namespace).get_opt(&lease_name).await;
+            let holder = match lease {
+                Ok(Some(lease)) => lease.spec.and_then(|s| s.holder_identity).filter(|h| !h.is_empty()),
+                Ok(None) => {
+                    why.push(format!("no Lease {namespace}/{lease_name}"));
+                    continue;
+                }
+                Err(e) => {
+                    why.push(format!("reading Lease {namespace}/{lease_name}: {e}"));
+                    continue;
+                }
+            };
+            let Some(holder) = holder else {
+                why.push(format!("Lease {namespace}/{lease_name} has no holder"));
+                continue;
+            };
+            match self.get(&format!("{namespace}/{holder}")) {
+                Some(connection) => return Ok(connection),
+                None => why.push(format!("the holder {namespace}/{holder} has no registered sidecar")),
+            }
+        }
+        Err(LookupError::NoLeader { driver: driver.to_owned(), why: why.join("; ") })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_of_both_forms_parse() {
+        assert_eq!(
+            parse_endpoint("pod://csi-rbdplugin-x7.rook-ceph:9070"),
+            Ok(Target::Pod { name: "csi-rbdplugin-x7".into(), namespace: "rook-ceph".into(), port: 9070 })
+        );
+        assert_eq!(
+            parse_endpoint("10.0.0.5:9070"),
+            Ok(Target::Address { ip: "10.0.0.5".parse().unwrap(), port: 9070 })
+        );
+        let v6 = parse_endpoint("[fd00::5]:9070").unwrap();
+        assert_eq!(v6, Target::Address { ip: "fd00::5".parse().unwrap(), port: 9070 });
+        let Target::Address { ip, port } = v6 else { unreachable!() };
+        assert_eq!(socket_address(ip, port), "[fd00::5]:9070");
+        for (bad, why) in [
+            ("pod://just-a-pod:9070", "pod://<pod>.<namespace>"),
+            ("pod://p.ns:port", "not a port"),
+            ("pod://p.ns", "needs a port"),
+            ("http://10.0.0.5:9070", "only pod://"),
+            ("node-1:9070", "not an IP address"),
+            ("10.0.0.5", "needs a port"),
+        ] {
+            let err = parse_endpoint(bad).unwrap_err();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn keys_are_upstreams_and_empty_names_do_not_panic() {
+        assert_eq!(pool_key("rook-ceph", "csi_rbd.plugin-"), "rook-ceph/csi-rbd-plugin-X");
+        assert_eq!(pool_key("ns", ""), "ns/");
+    }
+}
