@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod annotations;
 pub mod config;
 pub mod cronjob;
 pub mod flags;
