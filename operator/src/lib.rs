@@ -10,6 +10,7 @@ pub mod job;
 pub mod pool;
 pub mod schedule;
 pub mod sidecar_client;
+pub mod volume_health;
 
 pub use flags::ManagerCli;
 
