@@ -10,3 +10,4 @@ pub mod lease;
 pub mod proto;
 pub mod redact;
 pub mod replication;
+pub mod shutdown;

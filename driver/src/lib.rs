@@ -73,7 +73,7 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
-        shutdown_signal().await;
+        api::shutdown::signal().await;
         let _ = stop.send(true);
     });
     serve(cli, stopped).await
@@ -159,21 +159,6 @@ async fn register_fence_client(driver: &std::sync::Arc<Driver>) -> anyhow::Resul
         })
         .await
         .map_err(|status| anyhow::anyhow!("registering as a fence client: {}", status.message()))
-}
-
-async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = term => {}
-    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ pub mod config;
 pub mod cronjob;
 pub mod flags;
 pub mod job;
+pub mod manager;
 pub mod pool;
 pub mod schedule;
 pub mod sidecar_client;
@@ -14,10 +15,22 @@ pub mod volume_health;
 
 pub use flags::ManagerCli;
 
-/// Runs the manager.
+/// Runs the manager (the reconcilers are not attached yet: it elects, probes and serves metrics).
 pub fn run(cli: ManagerCli) -> anyhow::Result<()> {
-    let _settings = config::Settings::from_flags(&cli);
-    anyhow::bail!("the controllers are not implemented yet (issue: Operator core)")
+    let Some(level) = cli.log_level() else {
+        anyhow::bail!("--zap-log-level {:?}: use debug, info, error or a number", cli.zap_log_level);
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},h2=info,hyper=info,tower=info")));
+    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
+    if cli.json_logs() {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(manager::ManagerError::Runtime)?;
+    Ok(runtime.block_on(manager::run(cli))?)
 }
 
 #[cfg(test)]

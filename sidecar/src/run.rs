@@ -133,7 +133,7 @@ pub async fn run(cli: SidecarCli) -> Result<(), SidecarError> {
     let stop_tx = Arc::new(stop_tx);
     let on_signal = stop_tx.clone();
     tokio::spawn(async move {
-        shutdown_signal().await;
+        api::shutdown::signal().await;
         tracing::info!("shutting down");
         on_signal.send_replace(true);
     });
@@ -399,21 +399,6 @@ fn tls_incoming(
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx)
-}
-
-async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = term => {}
-    }
 }
 
 #[cfg(test)]

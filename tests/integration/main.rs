@@ -9,6 +9,7 @@ mod driver_addons;
 mod driver_harness;
 mod driver_sanity;
 mod driver_volumes;
+mod manager_process;
 mod manager_sidecar_client;
 mod recording_driver;
 mod sidecar_cli;

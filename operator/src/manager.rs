@@ -1,0 +1,255 @@
+//! The manager process: settings (flags, then the ConfigMap), leader election, and the probe and
+//! metrics servers, stopped by one shutdown signal. The reconcilers attach here (not yet).
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::csiaddons::CSIAddonsNode;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::ListParams;
+use prometheus::{IntGaugeVec, Opts, Registry};
+use tokio::sync::watch;
+
+use crate::config::{CONFIG_MAP, ConfigError, Settings};
+use crate::flags::ManagerCli;
+
+/// upstream's Lease ID, so one of ours and one of upstream's never lead together.
+pub const LEASE_NAME: &str = "e8cd140a.openshift.io";
+/// How often readiness re-checks that the API server answers for the CSI-Addons kinds.
+const READY_CHECK: Duration = Duration::from_secs(2);
+
+/// Why the manager could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    #[error("no cluster access (in-cluster config or KUBECONFIG): {0}")]
+    Kube(#[source] kube::Error),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("reading ConfigMap {namespace}/{CONFIG_MAP}: {source}")]
+    ReadConfig {
+        namespace: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("listening on {address}: {source}")]
+    Listen {
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    #[error("starting the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// Go's `:8081` means every interface.
+pub fn listen_address(flag: &str) -> String {
+    if flag.starts_with(':') { format!("0.0.0.0{flag}") } else { flag.to_owned() }
+}
+
+/// The settings at start: the flags with the ConfigMap over them; a bad value is a start-up
+/// error, as upstream; a missing ConfigMap is fine.
+pub async fn initial_settings(client: &kube::Client, cli: &ManagerCli) -> Result<Settings, ManagerError> {
+    let base = Settings::from_flags(cli);
+    let config_map = Api::<ConfigMap>::namespaced(client.clone(), &cli.namespace)
+        .get_opt(CONFIG_MAP)
+        .await
+        .map_err(|source| ManagerError::ReadConfig { namespace: cli.namespace.clone(), source })?;
+    match config_map.and_then(|c| c.data) {
+        Some(data) => Ok(Settings::with_config_map(&base, &data)?),
+        None => Ok(base),
+    }
+}
+
+#[derive(Clone)]
+struct Probes {
+    ready: watch::Receiver<Result<(), String>>,
+    registry: Registry,
+}
+
+async fn readyz(State(probes): State<Probes>) -> (StatusCode, String) {
+    match &*probes.ready.borrow() {
+        Ok(()) => (StatusCode::OK, "ok\n".into()),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+    }
+}
+
+async fn metrics(State(probes): State<Probes>) -> String {
+    let mut out = String::new();
+    // Only invalid metric data fails to encode, which the types rule out.
+    let _ = prometheus::TextEncoder::new().encode_utf8(&probes.registry.gather(), &mut out);
+    out
+}
+
+/// Keeps readiness current: ready while the API server serves the CSI-Addons kinds.
+async fn watch_readiness(
+    client: kube::Client,
+    ready: watch::Sender<Result<(), String>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let nodes = Api::<CSIAddonsNode>::all(client);
+    loop {
+        let state = match nodes.list_metadata(&ListParams::default().limit(1)).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(format!("the API server does not serve CSIAddonsNodes: {e}")),
+        };
+        ready.send_if_modified(|current| {
+            let changed = *current != state;
+            *current = state;
+            changed
+        });
+        tokio::select! {
+            () = tokio::time::sleep(READY_CHECK) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+async fn serve(listener: tokio::net::TcpListener, router: Router, mut stop: watch::Receiver<bool>) {
+    let shutdown = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    if let Err(e) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
+        tracing::error!(error = %e, "an HTTP server failed");
+    }
+}
+
+/// Competes for the manager's Lease until `stop`; the gauge says whether this manager leads.
+async fn elect(
+    client: kube::Client,
+    cli: ManagerCli,
+    identity: String,
+    gauge: prometheus::IntGauge,
+    mut stop: watch::Receiver<bool>,
+) {
+    let duration = cli.leader_election_lease_duration.as_secs().max(2);
+    let grace = duration.saturating_sub(cli.leader_election_renew_deadline.as_secs()).clamp(1, duration - 1);
+    let manager = loop {
+        let built = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), LEASE_NAME)
+            .with_namespace(&cli.namespace)
+            .with_identity(&identity)
+            .with_duration(duration)
+            .with_grace(grace)
+            .build();
+        tokio::select! {
+            built = built => match built {
+                Ok(manager) => break manager,
+                Err(e) => tracing::warn!(error = %e, "cannot use the manager's Lease yet; retrying"),
+            },
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        tokio::select! {
+            () = tokio::time::sleep(cli.leader_election_retry_period) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    };
+    let (mut leading, task) = manager.watch().await;
+    loop {
+        let now = *leading.borrow_and_update();
+        gauge.set(i64::from(now));
+        tracing::info!(lease = %format!("{}/{LEASE_NAME}", cli.namespace), leading = now, "leadership");
+        tokio::select! {
+            changed = leading.changed() => if changed.is_err() { break },
+            _ = stop.wait_for(|s| *s) => break,
+        }
+    }
+    gauge.set(0);
+    // Dropping the last receiver releases the Lease.
+    drop(leading);
+    let _ = task.await;
+}
+
+/// Runs until SIGINT or SIGTERM.
+pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
+    if cli.enable_admission_webhooks {
+        tracing::warn!("--enable-admission-webhooks is deprecated and has no effect");
+    }
+    let client = kube::Client::try_default().await.map_err(ManagerError::Kube)?;
+    let registry = Registry::new();
+    let leader_gauge = IntGaugeVec::new(
+        Opts::new("leader_election_master_status", "1 while this manager holds the leader Lease"),
+        &["name"],
+    )?;
+    registry.register(Box::new(leader_gauge.clone()))?;
+    let leader_gauge = leader_gauge.with_label_values(&[LEASE_NAME]);
+    let (stop_tx, stop) = watch::channel(false);
+    let stop_tx = Arc::new(stop_tx);
+    let (ready_tx, ready) = watch::channel(Err("not checked yet".to_owned()));
+    let probes = Probes { ready, registry: registry.clone() };
+
+    // The probes come first, so a manager that cannot reach the API server says so on /readyz.
+    let mut tasks = tokio::task::JoinSet::new();
+    let health_address = listen_address(&cli.health_probe_bind_address);
+    let listener = tokio::net::TcpListener::bind(&health_address)
+        .await
+        .map_err(|source| ManagerError::Listen { address: health_address.clone(), source })?;
+    let router = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .with_state(probes.clone());
+    tasks.spawn(serve(listener, router, stop.clone()));
+    if cli.metrics_bind_address != "0" {
+        if cli.metrics_secure {
+            tracing::warn!("secure metrics are not implemented yet; serving plain HTTP");
+        }
+        let address = listen_address(&cli.metrics_bind_address);
+        let listener = tokio::net::TcpListener::bind(&address)
+            .await
+            .map_err(|source| ManagerError::Listen { address: address.clone(), source })?;
+        tasks.spawn(serve(listener, Router::new().route("/metrics", get(metrics)).with_state(probes), stop.clone()));
+    }
+    tasks.spawn(watch_readiness(client.clone(), ready_tx, stop.clone()));
+
+    // A ConfigMap with a bad value stops the start, as upstream; an unreachable API server is
+    // waited for (and /readyz says so meanwhile).
+    let settings = loop {
+        match initial_settings(&client, &cli).await {
+            Ok(settings) => break settings,
+            Err(ManagerError::ReadConfig { namespace, source }) => {
+                tracing::warn!(error = %source, "reading ConfigMap {namespace}/{CONFIG_MAP}; retrying");
+                let mut stop = stop.clone();
+                tokio::select! {
+                    () = tokio::time::sleep(READY_CHECK) => {}
+                    _ = api::shutdown::signal() => return Ok(()),
+                    _ = stop.wait_for(|s| *s) => return Ok(()),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    tracing::info!(?settings, "settings");
+    if cli.leader_elect {
+        let identity = std::env::var("POD_NAME")
+            .ok()
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| format!("csi-addons-manager-{}", std::process::id()));
+        tasks.spawn(elect(client.clone(), cli.clone(), identity, leader_gauge, stop.clone()));
+    } else {
+        leader_gauge.set(1);
+    }
+
+    let on_signal = stop_tx.clone();
+    tokio::spawn(async move {
+        api::shutdown::signal().await;
+        tracing::info!("shutting down");
+        on_signal.send_replace(true);
+    });
+    let mut stopped = stop.clone();
+    let _ = stopped.wait_for(|s| *s).await;
+    let _ = tokio::time::timeout(Duration::from_secs(10), async { while tasks.join_next().await.is_some() {} }).await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn go_listen_addresses() {
+        assert_eq!(super::listen_address(":8081"), "0.0.0.0:8081");
+        assert_eq!(super::listen_address("127.0.0.1:8081"), "127.0.0.1:8081");
+    }
+}

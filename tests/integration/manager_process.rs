@@ -1,0 +1,135 @@
+//! The manager process against the real API server: probes, metrics, leader election between two
+//! managers, a dead API server on /readyz, and a bad ConfigMap value at start.
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ObjectMeta, PostParams};
+
+use crate::sidecar_harness::{free_port, http_get};
+use crate::support::workspace_binary;
+
+struct Manager {
+    child: Child,
+    health: u16,
+    metrics: u16,
+    _dir: tempfile::TempDir,
+    log: std::path::PathBuf,
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        testenv::process::stop(&mut self.child, Duration::from_secs(5));
+    }
+}
+
+impl Manager {
+    fn start(namespace: &str, kubeconfig: &std::path::Path, extra: &[&str]) -> Self {
+        let (health, metrics) = (free_port(), free_port());
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("manager.log");
+        let mut command = Command::new(workspace_binary("csi-addons-manager"));
+        command
+            .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
+            .arg(format!("-metrics-bind-address=127.0.0.1:{metrics}"))
+            .arg("-metrics-secure=false")
+            .arg(format!("--namespace={namespace}"))
+            .args(["--leader-election-lease-duration=4s", "--leader-election-renew-deadline=3s"])
+            .args(["--leader-election-retry-period=1s"])
+            .args(extra)
+            .env("KUBECONFIG", kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        let child = testenv::process::spawn(command).unwrap();
+        Manager { child, health, metrics, _dir: dir, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    async fn eventually(&self, what: &str, check: impl AsyncFn(&Manager) -> bool) {
+        for _ in 0..300 {
+            if check(self).await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!("timed out waiting for {what}; manager log:\n{}", self.log());
+    }
+
+    async fn leading(&self) -> Option<bool> {
+        let (_, body) = http_get(self.metrics, "/metrics").await?;
+        let line = body.lines().find(|l| l.starts_with("leader_election_master_status{"))?;
+        Some(line.ends_with(" 1"))
+    }
+}
+
+#[tokio::test]
+async fn probes_and_metrics_follow_the_api_server() {
+    let cp = testenv::shared();
+    let client = cp.client().await.unwrap();
+    let namespace = cp.namespace(&client, "manager").await.unwrap();
+    let manager = Manager::start(&namespace, cp.kubeconfig_path(), &[]);
+    manager.eventually("/readyz 200", async |m| matches!(http_get(m.health, "/readyz").await, Some((200, _)))).await;
+    assert!(matches!(http_get(manager.health, "/healthz").await, Some((200, _))));
+    assert_eq!(manager.leading().await, Some(true), "without --leader-elect the manager leads");
+
+    // A kubeconfig naming an address where no API server listens.
+    let dead = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(cp.kubeconfig_path()).unwrap();
+    let text = text.replace(cp.server_url(), &format!("https://127.0.0.1:{}", free_port()));
+    let dead_config = dead.path().join("kubeconfig");
+    std::fs::write(&dead_config, text).unwrap();
+    let lost = Manager::start(&namespace, &dead_config, &[]);
+    lost.eventually("/healthz 200", async |m| matches!(http_get(m.health, "/healthz").await, Some((200, _)))).await;
+    lost.eventually(
+        "/readyz 503 naming the API server",
+        async |m| matches!(http_get(m.health, "/readyz").await, Some((503, body)) if body.contains("CSIAddonsNodes")),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn one_manager_leads_and_the_other_takes_over() {
+    let cp = testenv::shared();
+    let client = cp.client().await.unwrap();
+    let namespace = cp.namespace(&client, "manager-lease").await.unwrap();
+    let mut first = Manager::start(&namespace, cp.kubeconfig_path(), &["--leader-elect"]);
+    first.eventually("the first manager to lead", async |m| m.leading().await == Some(true)).await;
+    let second = Manager::start(&namespace, cp.kubeconfig_path(), &["-leader-elect=true"]);
+    second.eventually("the second manager to stand by", async |m| m.leading().await == Some(false)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(second.leading().await, Some(false), "two managers lead at once");
+    testenv::process::stop(&mut first.child, Duration::from_secs(10));
+    second.eventually("the second manager to take over", async |m| m.leading().await == Some(true)).await;
+}
+
+#[tokio::test]
+async fn a_bad_config_map_value_stops_the_start_with_the_key_named() {
+    let cp = testenv::shared();
+    let client = cp.client().await.unwrap();
+    let namespace = cp.namespace(&client, "manager-config").await.unwrap();
+    let config = ConfigMap {
+        metadata: ObjectMeta { name: Some("csi-addons-config".into()), ..Default::default() },
+        data: Some(BTreeMap::from([("max-group-pvcs".to_owned(), "500".to_owned())])),
+        ..Default::default()
+    };
+    Api::<ConfigMap>::namespaced(client.clone(), &namespace).create(&PostParams::default(), &config).await.unwrap();
+    let mut manager = Manager::start(&namespace, cp.kubeconfig_path(), &[]);
+    let mut status = None;
+    for _ in 0..150 {
+        status = manager.child.try_wait().unwrap();
+        if status.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let status = status.unwrap_or_else(|| panic!("the manager kept running; log:\n{}", manager.log()));
+    assert!(!status.success());
+    let log = manager.log();
+    assert!(log.contains("max-group-pvcs") && log.contains("500"), "{log}");
+}
