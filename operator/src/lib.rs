@@ -4,6 +4,7 @@
 
 pub mod annotations;
 pub mod config;
+pub mod config_watch;
 pub mod cronjob;
 pub mod flags;
 pub mod job;

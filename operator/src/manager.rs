@@ -164,6 +164,35 @@ async fn elect(
     let _ = task.await;
 }
 
+/// The controllers, by the names controller-runtime gives upstream's (dashboards key on them).
+pub const CONTROLLERS: [&str; 11] = [
+    "csiaddonsnode",
+    "reclaimspacejob",
+    "reclaimspacecronjob",
+    "encryptionkeyrotationjob",
+    "encryptionkeyrotationcronjob",
+    "persistentvolumeclaim",
+    "networkfence",
+    "networkfenceclass",
+    "volumereplication",
+    "volumegroupreplication",
+    "volumegroupreplicationcontent",
+];
+
+/// Keeps `controller_runtime_max_concurrent_reconciles` equal to the settings in force.
+async fn publish_workers(mut settings: watch::Receiver<Settings>, gauge: IntGaugeVec, mut stop: watch::Receiver<bool>) {
+    loop {
+        let workers = i64::try_from(settings.borrow_and_update().max_concurrent_reconciles).unwrap_or(i64::MAX);
+        for controller in CONTROLLERS {
+            gauge.with_label_values(&[controller]).set(workers);
+        }
+        tokio::select! {
+            changed = settings.changed() => if changed.is_err() { return },
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
 /// Runs until SIGINT or SIGTERM.
 pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
     if cli.enable_admission_webhooks {
@@ -177,6 +206,14 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
     )?;
     registry.register(Box::new(leader_gauge.clone()))?;
     let leader_gauge = leader_gauge.with_label_values(&[LEASE_NAME]);
+    let max_workers = IntGaugeVec::new(
+        Opts::new(
+            "controller_runtime_max_concurrent_reconciles",
+            "Maximum number of concurrent reconciles per controller",
+        ),
+        &["controller"],
+    )?;
+    registry.register(Box::new(max_workers.clone()))?;
     let (stop_tx, stop) = watch::channel(false);
     let stop_tx = Arc::new(stop_tx);
     let (ready_tx, ready) = watch::channel(Err("not checked yet".to_owned()));
@@ -223,6 +260,15 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
         }
     };
     tracing::info!(?settings, "settings");
+    let (settings_tx, settings_rx) = watch::channel(settings);
+    tasks.spawn(crate::config_watch::follow(
+        client.clone(),
+        cli.namespace.clone(),
+        Settings::from_flags(&cli),
+        settings_tx,
+        stop.clone(),
+    ));
+    tasks.spawn(publish_workers(settings_rx, max_workers, stop.clone()));
     if cli.leader_elect {
         let identity = std::env::var("POD_NAME")
             .ok()

@@ -133,3 +133,51 @@ async fn a_bad_config_map_value_stops_the_start_with_the_key_named() {
     let log = manager.log();
     assert!(log.contains("max-group-pvcs") && log.contains("500"), "{log}");
 }
+
+/// `max-concurrent-reconciles` as the metrics report it for one controller.
+async fn workers(manager: &Manager) -> Option<i64> {
+    let (_, body) = http_get(manager.metrics, "/metrics").await?;
+    let line = body
+        .lines()
+        .find(|l| l.starts_with("controller_runtime_max_concurrent_reconciles{controller=\"reclaimspacejob\"}"))?;
+    line.rsplit(' ').next()?.parse().ok()
+}
+
+#[tokio::test]
+async fn config_map_changes_apply_live_and_bad_values_are_refused_with_an_event() {
+    use k8s_openapi::api::core::v1::Event;
+    use kube::api::{ListParams, Patch, PatchParams};
+
+    let cp = testenv::shared();
+    let client = cp.client().await.unwrap();
+    let namespace = cp.namespace(&client, "manager-live").await.unwrap();
+    let manager = Manager::start(&namespace, cp.kubeconfig_path(), &["--max-concurrent-reconciles=7"]);
+    manager.eventually("the flag's value", async |m| workers(m).await == Some(7)).await;
+
+    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), &namespace);
+    let config = ConfigMap {
+        metadata: ObjectMeta { name: Some("csi-addons-config".into()), ..Default::default() },
+        data: Some(BTreeMap::from([("max-concurrent-reconciles".to_owned(), "3".to_owned())])),
+        ..Default::default()
+    };
+    config_maps.create(&PostParams::default(), &config).await.unwrap();
+    manager.eventually("the ConfigMap's value, live", async |m| workers(m).await == Some(3)).await;
+
+    let bad = serde_json::json!({"data": {"max-concurrent-reconciles": "3", "max-group-pvcs": "0"}});
+    config_maps.patch("csi-addons-config", &PatchParams::default(), &Patch::Merge(&bad)).await.unwrap();
+    let events = Api::<Event>::namespaced(client.clone(), &namespace);
+    manager
+        .eventually("a Warning event on the ConfigMap", async |_| {
+            let list = events.list(&ListParams::default()).await.unwrap();
+            list.items.iter().any(|e| {
+                e.reason.as_deref() == Some("InvalidConfiguration")
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.message.as_deref().unwrap_or("").contains("max-group-pvcs")
+            })
+        })
+        .await;
+    assert_eq!(workers(&manager).await, Some(3), "a refused ConfigMap changed the settings");
+
+    config_maps.delete("csi-addons-config", &Default::default()).await.unwrap();
+    manager.eventually("the flag's value again", async |m| workers(m).await == Some(7)).await;
+}
