@@ -5,10 +5,13 @@
 pub mod annotations;
 pub mod config;
 pub mod config_watch;
+pub mod context;
+pub mod controllers;
 pub mod cronjob;
 pub mod flags;
 pub mod job;
 pub mod manager;
+pub mod metrics;
 pub mod pool;
 pub mod schedule;
 pub mod sidecar_client;
@@ -16,7 +19,7 @@ pub mod volume_health;
 
 pub use flags::ManagerCli;
 
-/// Runs the manager (the reconcilers are not attached yet: it elects, probes and serves metrics).
+/// Runs the manager until SIGINT or SIGTERM.
 pub fn run(cli: ManagerCli) -> anyhow::Result<()> {
     let Some(level) = cli.log_level() else {
         anyhow::bail!("--zap-log-level {:?}: use debug, info, error or a number", cli.zap_log_level);

@@ -1,5 +1,5 @@
-//! The manager process: settings (flags, then the ConfigMap), leader election, and the probe and
-//! metrics servers, stopped by one shutdown signal. The reconcilers attach here (not yet).
+//! The manager process: settings (flags, then the ConfigMap), leader election, the probe and
+//! metrics servers, and the reconcilers while this manager leads, stopped by one shutdown signal.
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,11 +11,14 @@ use axum::routing::get;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::ListParams;
-use prometheus::{IntGaugeVec, Opts, Registry};
+use prometheus::IntGaugeVec;
 use tokio::sync::watch;
 
 use crate::config::{CONFIG_MAP, ConfigError, Settings};
+use crate::context::Context;
 use crate::flags::ManagerCli;
+use crate::metrics::Metrics;
+use crate::sidecar_client::{ClientError, Security};
 
 /// upstream's Lease ID, so one of ours and one of upstream's never lead together.
 pub const LEASE_NAME: &str = "e8cd140a.openshift.io";
@@ -43,6 +46,8 @@ pub enum ManagerError {
     },
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error("the sidecar client: {0}")]
+    Sidecar(#[from] ClientError),
     #[error("starting the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
 }
@@ -69,7 +74,7 @@ pub async fn initial_settings(client: &kube::Client, cli: &ManagerCli) -> Result
 #[derive(Clone)]
 struct Probes {
     ready: watch::Receiver<Result<(), String>>,
-    registry: Registry,
+    metrics: Metrics,
 }
 
 async fn readyz(State(probes): State<Probes>) -> (StatusCode, String) {
@@ -79,11 +84,8 @@ async fn readyz(State(probes): State<Probes>) -> (StatusCode, String) {
     }
 }
 
-async fn metrics(State(probes): State<Probes>) -> String {
-    let mut out = String::new();
-    // Only invalid metric data fails to encode, which the types rule out.
-    let _ = prometheus::TextEncoder::new().encode_utf8(&probes.registry.gather(), &mut out);
-    out
+async fn serve_metrics(State(probes): State<Probes>) -> String {
+    probes.metrics.render()
 }
 
 /// Keeps readiness current: ready while the API server serves the CSI-Addons kinds.
@@ -125,6 +127,7 @@ async fn elect(
     cli: ManagerCli,
     identity: String,
     gauge: prometheus::IntGauge,
+    leading_tx: watch::Sender<bool>,
     mut stop: watch::Receiver<bool>,
 ) {
     let duration = cli.leader_election_lease_duration.as_secs().max(2);
@@ -152,6 +155,7 @@ async fn elect(
     loop {
         let now = *leading.borrow_and_update();
         gauge.set(i64::from(now));
+        leading_tx.send_replace(now);
         tracing::info!(lease = %format!("{}/{LEASE_NAME}", cli.namespace), leading = now, "leadership");
         tokio::select! {
             changed = leading.changed() => if changed.is_err() { break },
@@ -159,6 +163,7 @@ async fn elect(
         }
     }
     gauge.set(0);
+    leading_tx.send_replace(false);
     // Dropping the last receiver releases the Lease.
     drop(leading);
     let _ = task.await;
@@ -193,31 +198,52 @@ async fn publish_workers(mut settings: watch::Receiver<Settings>, gauge: IntGaug
     }
 }
 
+/// Runs the reconcilers while this manager leads; stops them when it stops leading.
+async fn lead(
+    ctx: Arc<Context>,
+    volume_health_cleanup: bool,
+    mut leading: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
+) {
+    loop {
+        let mut stopping = stop.clone();
+        tokio::select! {
+            found = leading.wait_for(|l| *l) => if found.is_err() { return },
+            _ = stopping.wait_for(|s| *s) => return,
+        }
+        tracing::info!("leading: starting the reconcilers");
+        let (child_tx, child) = watch::channel(false);
+        let running = tokio::spawn(crate::controllers::run_all(ctx.clone(), volume_health_cleanup, child));
+        tokio::select! {
+            _ = leading.wait_for(|l| !*l) => tracing::info!("no longer leading: stopping the reconcilers"),
+            _ = stopping.wait_for(|s| *s) => {}
+        }
+        child_tx.send_replace(true);
+        let _ = running.await;
+    }
+}
+
 /// Runs until SIGINT or SIGTERM.
 pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
     if cli.enable_admission_webhooks {
         tracing::warn!("--enable-admission-webhooks is deprecated and has no effect");
     }
     let client = kube::Client::try_default().await.map_err(ManagerError::Kube)?;
-    let registry = Registry::new();
-    let leader_gauge = IntGaugeVec::new(
-        Opts::new("leader_election_master_status", "1 while this manager holds the leader Lease"),
-        &["name"],
-    )?;
-    registry.register(Box::new(leader_gauge.clone()))?;
-    let leader_gauge = leader_gauge.with_label_values(&[LEASE_NAME]);
-    let max_workers = IntGaugeVec::new(
-        Opts::new(
-            "controller_runtime_max_concurrent_reconciles",
-            "Maximum number of concurrent reconciles per controller",
-        ),
-        &["controller"],
-    )?;
-    registry.register(Box::new(max_workers.clone()))?;
+    let security = if cli.enable_auth {
+        if cli.sidecar_ca_file.is_none() {
+            tracing::warn!("no --sidecar-ca-file: sidecar certificates are not verified (upstream's behaviour)");
+        }
+        Security::tls(&cli.sidecar_token_file, cli.sidecar_ca_file.as_deref())?
+    } else {
+        Security::plain()
+    };
+    let metrics = Metrics::new()?;
+    let leader_gauge = metrics.leader.with_label_values(&[LEASE_NAME]);
+    let max_workers = metrics.max_concurrent.clone();
     let (stop_tx, stop) = watch::channel(false);
     let stop_tx = Arc::new(stop_tx);
     let (ready_tx, ready) = watch::channel(Err("not checked yet".to_owned()));
-    let probes = Probes { ready, registry: registry.clone() };
+    let probes = Probes { ready, metrics: metrics.clone() };
 
     // The probes come first, so a manager that cannot reach the API server says so on /readyz.
     let mut tasks = tokio::task::JoinSet::new();
@@ -238,7 +264,11 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
         let listener = tokio::net::TcpListener::bind(&address)
             .await
             .map_err(|source| ManagerError::Listen { address: address.clone(), source })?;
-        tasks.spawn(serve(listener, Router::new().route("/metrics", get(metrics)).with_state(probes), stop.clone()));
+        tasks.spawn(serve(
+            listener,
+            Router::new().route("/metrics", get(serve_metrics)).with_state(probes),
+            stop.clone(),
+        ));
     }
     tasks.spawn(watch_readiness(client.clone(), ready_tx, stop.clone()));
 
@@ -261,6 +291,11 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
     };
     tracing::info!(?settings, "settings");
     let (settings_tx, settings_rx) = watch::channel(settings);
+    let identity = std::env::var("POD_NAME")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| format!("csi-addons-manager-{}", std::process::id()));
+    let ctx = Arc::new(Context::new(client.clone(), security, settings_rx.clone(), metrics, Some(identity.clone())));
     tasks.spawn(crate::config_watch::follow(
         client.clone(),
         cli.namespace.clone(),
@@ -269,15 +304,20 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
         stop.clone(),
     ));
     tasks.spawn(publish_workers(settings_rx, max_workers, stop.clone()));
+    let (leading_tx, leading) = watch::channel(false);
     if cli.leader_elect {
-        let identity = std::env::var("POD_NAME")
-            .ok()
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| format!("csi-addons-manager-{}", std::process::id()));
-        tasks.spawn(elect(client.clone(), cli.clone(), identity, leader_gauge, stop.clone()));
+        tasks.spawn(elect(client.clone(), cli.clone(), identity, leader_gauge, leading_tx, stop.clone()));
     } else {
         leader_gauge.set(1);
+        leading_tx.send_replace(true);
+        // Kept so `leading` stays open.
+        let mut stopped = stop.clone();
+        tasks.spawn(async move {
+            let _ = stopped.wait_for(|s| *s).await;
+            drop(leading_tx);
+        });
     }
+    tasks.spawn(lead(ctx, cli.enable_volume_health_cleanup, leading, stop.clone()));
 
     let on_signal = stop_tx.clone();
     tokio::spawn(async move {

@@ -169,6 +169,11 @@ impl Pool {
         })
     }
 
+    /// Whether any sidecar of `driver` offers `capability`.
+    pub fn offers(&self, driver: &str, capability: &str) -> bool {
+        self.read().values().any(|c| c.driver == driver && c.offers(capability))
+    }
+
     /// Namespaces that hold sidecars of `driver`, sorted.
     pub fn namespaces_of(&self, driver: &str) -> BTreeSet<String> {
         self.read().values().filter(|c| c.driver == driver).map(|c| c.namespace.clone()).collect()

@@ -127,8 +127,12 @@ pub fn desired(identity: &Identity, owner: &Owner, driver: &str, now: &str) -> C
     node.metadata.namespace = Some(identity.namespace.clone());
     node.metadata.owner_references = Some(vec![owner.reference.clone()]);
     node.metadata.annotations = Some(
-        [(CREATED_BY_POD_UID.to_owned(), identity.pod_uid.clone()), (LAST_UPDATED_AT.to_owned(), now.to_owned())]
-            .into(),
+        [
+            (CREATED_BY_POD_UID.to_owned(), identity.pod_uid.clone()),
+            (LAST_UPDATED_AT.to_owned(), now.to_owned()),
+            (api::csiaddons::SIDECAR_POD_ANNOTATION.to_owned(), identity.pod.clone()),
+        ]
+        .into(),
     );
     node
 }

@@ -54,6 +54,11 @@ pub struct CSIAddonsNodeStatus {
     /// retrying).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Failed connection attempts since the last success (csi-addons-rs; upstream counts them in
+    /// `reason`). After 3 the CSIAddonsNode is deleted, and a live sidecar registers it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub retries: Option<i32>,
     /// Capabilities the driver advertised, each as `<capability type>.<VALUE>`, e.g.
     /// `reclaim_space.ONLINE`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

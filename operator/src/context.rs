@@ -1,0 +1,248 @@
+//! What every reconciler shares: the client, the sidecar pool, the settings in force, metrics,
+//! events, and the small helpers of the "write status" step (server-side apply with one field
+//! manager, conditions that keep their transition time).
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::{Semaphore, watch};
+
+use crate::config::Settings;
+use crate::metrics::Metrics;
+use crate::pool::Pool;
+use crate::sidecar_client::Security;
+
+/// The one field manager of everything the manager writes.
+pub const FIELD_MANAGER: &str = "csi-addons-manager";
+
+/// Why a reconcile pass could not finish; retried with a backoff by `error_policy`. Problems a
+/// user must fix are not errors: they end in the object's status and an event.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Transient(String),
+}
+
+/// Shared by every reconciler.
+pub struct Context {
+    pub client: kube::Client,
+    pub pool: Arc<Pool>,
+    pub security: Security,
+    pub settings: watch::Receiver<Settings>,
+    pub metrics: Metrics,
+    pub recorder: Recorder,
+    /// Failed attempts of jobs without a result yet: UID → (failures, when the last one failed).
+    /// In memory only: after a restart a job retries at once, then backs off again.
+    pub job_failures: Mutex<HashMap<String, (u32, i64)>>,
+}
+
+impl Context {
+    pub fn new(
+        client: kube::Client,
+        security: Security,
+        settings: watch::Receiver<Settings>,
+        metrics: Metrics,
+        instance: Option<String>,
+    ) -> Self {
+        let recorder = Recorder::new(client.clone(), Reporter { controller: FIELD_MANAGER.into(), instance });
+        Context {
+            client,
+            pool: Arc::new(Pool::default()),
+            security,
+            settings,
+            metrics,
+            recorder,
+            job_failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn settings(&self) -> Settings {
+        self.settings.borrow().clone()
+    }
+
+    /// Publishes an event on `object`; a failure to publish is logged, never fatal.
+    pub async fn event<K: Resource<DynamicType = ()>>(&self, object: &K, warning: bool, reason: &str, note: String) {
+        let event = Event {
+            type_: if warning { EventType::Warning } else { EventType::Normal },
+            reason: reason.to_owned(),
+            note: Some(truncate(note, 1000)),
+            action: reason.to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &object.object_ref(&())).await {
+            tracing::warn!(error = %e, object = %object.name_any(), reason, "recording an event failed");
+        }
+    }
+
+    /// Writes `status` of `object` by server-side apply, as the manager's one field manager.
+    pub async fn apply_status<K>(&self, object: &K, status: serde_json::Value) -> Result<(), kube::Error>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    {
+        let resource = kube::api::ApiResource::erase::<K>(&());
+        let api: Api<kube::api::DynamicObject> = match object.namespace() {
+            Some(namespace) => Api::namespaced_with(self.client.clone(), &namespace, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
+        };
+        // Unset fields are left out (an explicit null is not a value to apply).
+        let status = match status {
+            serde_json::Value::Object(fields) => {
+                serde_json::Value::Object(fields.into_iter().filter(|(_, v)| !v.is_null()).collect())
+            }
+            other => other,
+        };
+        let patch = serde_json::json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "status": status,
+        });
+        api.patch_status(&object.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+            .await
+            .map(|_| ())
+    }
+}
+
+/// Event notes are at most 1 kB.
+fn truncate(mut text: String, limit: usize) -> String {
+    if text.len() > limit {
+        let cut = (0..=limit).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+        text.truncate(cut);
+    }
+    text
+}
+
+/// `conditions` with `next` set: its lastTransitionTime is kept when the status did not change.
+pub fn set_condition(conditions: &[Condition], mut next: Condition) -> Vec<Condition> {
+    let mut out: Vec<Condition> = conditions.iter().filter(|c| c.type_ != next.type_).cloned().collect();
+    if let Some(previous) = conditions.iter().find(|c| c.type_ == next.type_)
+        && previous.status == next.status
+    {
+        next.last_transition_time = previous.last_transition_time.clone();
+    }
+    out.push(next);
+    out
+}
+
+/// A condition set now.
+pub fn condition(type_: &str, status: bool, reason: &str, message: &str, generation: Option<i64>) -> Condition {
+    Condition {
+        type_: type_.to_owned(),
+        status: if status { "True" } else { "False" }.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        observed_generation: generation,
+        last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
+    }
+}
+
+/// Seconds since the epoch, now.
+pub fn now_seconds() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_second()
+}
+
+/// A controller's workers: at most `max-concurrent-reconciles` reconciles at once, resized live
+/// when the setting changes (new work sees the new size; running work finishes).
+pub struct Workers {
+    name: &'static str,
+    permits: Arc<Semaphore>,
+    size: Mutex<usize>,
+    metrics: Metrics,
+}
+
+impl Workers {
+    pub fn new(name: &'static str, size: usize, metrics: Metrics) -> Arc<Self> {
+        let size = size.max(1);
+        metrics.max_concurrent.with_label_values(&[name]).set(i64::try_from(size).unwrap_or(i64::MAX));
+        Arc::new(Workers { name, permits: Arc::new(Semaphore::new(size)), size: Mutex::new(size), metrics })
+    }
+
+    pub fn resize(&self, size: usize) {
+        let size = size.max(1);
+        let mut current = self.size.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if size > *current {
+            self.permits.add_permits(size - *current);
+        } else if size < *current {
+            // Taken back as running reconciles finish.
+            let (permits, excess) = (self.permits.clone(), u32::try_from(*current - size).unwrap_or(u32::MAX));
+            tokio::spawn(async move {
+                if let Ok(taken) = permits.acquire_many_owned(excess).await {
+                    taken.forget();
+                }
+            });
+        }
+        *current = size;
+        self.metrics.max_concurrent.with_label_values(&[self.name]).set(i64::try_from(size).unwrap_or(i64::MAX));
+    }
+
+    /// Runs one reconcile pass within the limit, recording controller-runtime's series.
+    pub async fn run<F>(&self, pass: F) -> Result<Action, ReconcileError>
+    where
+        F: Future<Output = Result<Action, ReconcileError>>,
+    {
+        let depth = self.metrics.workqueue_depth.with_label_values(&[self.name, self.name]);
+        depth.inc();
+        // The semaphore is never closed, so acquiring cannot fail; if it did, run unlimited.
+        let permit = self.permits.acquire().await.ok();
+        depth.dec();
+        let active = self.metrics.active_workers.with_label_values(&[self.name]);
+        active.inc();
+        let started = Instant::now();
+        let result = pass.await;
+        active.dec();
+        drop(permit);
+        self.metrics.reconcile_time.with_label_values(&[self.name]).observe(started.elapsed().as_secs_f64());
+        let label = match &result {
+            Ok(action) if *action == Action::await_change() => "success",
+            Ok(_) => "requeue_after",
+            Err(_) => "error",
+        };
+        self.metrics.reconcile_total.with_label_values(&[self.name, label]).inc();
+        if let Err(e) = &result {
+            self.metrics.reconcile_errors.with_label_values(&[self.name]).inc();
+            tracing::warn!(controller = self.name, error = %e, "reconcile failed; retrying");
+        }
+        result
+    }
+}
+
+/// Keeps `workers` sized to `max-concurrent-reconciles` until the settings go away.
+pub fn follow_worker_setting(workers: Arc<Workers>, mut settings: watch::Receiver<Settings>) {
+    tokio::spawn(async move {
+        while settings.changed().await.is_ok() {
+            let size = settings.borrow_and_update().max_concurrent_reconciles;
+            workers.resize(size);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_while_its_status_holds() {
+        let mut first = condition("Failed", true, "failed", "one", Some(1));
+        first.last_transition_time = Time(k8s_openapi::jiff::Timestamp::from_second(1000).unwrap());
+        let again = set_condition(std::slice::from_ref(&first), condition("Failed", true, "failed", "two", Some(1)));
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].message, "two");
+        assert_eq!(again[0].last_transition_time, first.last_transition_time);
+        let flipped = set_condition(&again, condition("Failed", false, "ok", "", Some(1)));
+        assert_ne!(flipped[0].last_transition_time, first.last_transition_time);
+    }
+
+    #[test]
+    fn long_notes_are_cut_on_a_character_boundary() {
+        assert_eq!(truncate("ééé".into(), 3), "é");
+        assert_eq!(truncate("abc".into(), 10), "abc");
+    }
+}

@@ -1,0 +1,273 @@
+//! One reconciler for both cron job kinds (ReclaimSpaceCronJob, EncryptionKeyRotationCronJob;
+//! upstream has two near-copies). fetch (cron job, its children from a watch cache) → validate
+//! (schedule) → decide (`cronjob::decide`, pure) → act (prune, create, replace) → status, events.
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::csiaddons::{
+    ConcurrencyPolicy, EncryptionKeyRotationCronJob, EncryptionKeyRotationJob, JobTemplateMetadata, OperationResult,
+    ReclaimSpaceCronJob, ReclaimSpaceJob,
+};
+use futures::{Future, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use kube::api::{DeleteParams, PostParams, PropagationPolicy};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use super::jobs::JobKind;
+use crate::context::{Context, ReconcileError, now_seconds};
+use crate::cronjob::{Child, CronAction, CronInput, Outcome, decide, stagger_offset};
+use crate::schedule::Schedule;
+
+/// The nominal run time of a job made by a cron job (RFC 3339).
+pub const SCHEDULED_AT: &str = "csiaddons.openshift.io/scheduled-at";
+
+/// A cron job kind and the job kind it makes.
+pub trait CronKind:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + Serialize
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    type Job: JobKind;
+    const CONTROLLER: &'static str;
+    fn schedule(&self) -> &str;
+    fn starting_deadline(&self) -> Option<i64>;
+    fn concurrency(&self) -> ConcurrencyPolicy;
+    fn suspended(&self) -> bool;
+    /// (successful, failed) history limits.
+    fn history_limits(&self) -> (i32, i32);
+    fn last_schedule(&self) -> Option<i64>;
+    /// A child job named `name` from the template (metadata other than annotations and labels is
+    /// set by the caller).
+    fn job(&self, name: &str) -> Self::Job;
+    fn outcome(job: &Self::Job) -> (Outcome, Option<i64>, Option<i64>);
+}
+
+fn template_metadata(metadata: Option<&JobTemplateMetadata>) -> JobTemplateMetadata {
+    metadata.cloned().unwrap_or_default()
+}
+
+fn seconds(time: Option<&Time>) -> Option<i64> {
+    time.map(|t| t.0.as_second())
+}
+
+fn outcome_of(result: Option<OperationResult>) -> Outcome {
+    match result {
+        None => Outcome::Active,
+        Some(OperationResult::Succeeded) => Outcome::Succeeded,
+        Some(OperationResult::Failed) => Outcome::Failed,
+    }
+}
+
+macro_rules! cron_kind {
+    ($cron:ty, $job:ty, $controller:literal) => {
+        impl CronKind for $cron {
+            type Job = $job;
+            const CONTROLLER: &'static str = $controller;
+            fn schedule(&self) -> &str {
+                &self.spec.schedule
+            }
+            fn starting_deadline(&self) -> Option<i64> {
+                self.spec.starting_deadline_seconds
+            }
+            fn concurrency(&self) -> ConcurrencyPolicy {
+                self.spec.concurrency_policy
+            }
+            fn suspended(&self) -> bool {
+                self.spec.suspend.unwrap_or(false)
+            }
+            fn history_limits(&self) -> (i32, i32) {
+                (self.spec.successful_jobs_history_limit, self.spec.failed_jobs_history_limit)
+            }
+            fn last_schedule(&self) -> Option<i64> {
+                seconds(self.status.as_ref().and_then(|s| s.last_schedule_time.as_ref()))
+            }
+            fn job(&self, name: &str) -> $job {
+                let template = &self.spec.job_template;
+                let metadata = template_metadata(template.metadata.as_ref());
+                let mut job = <$job>::new(name, template.spec.clone());
+                job.metadata.labels = Some(metadata.labels);
+                job.metadata.annotations = Some(metadata.annotations);
+                job
+            }
+            fn outcome(job: &$job) -> (Outcome, Option<i64>, Option<i64>) {
+                let status = job.status.as_ref();
+                (
+                    outcome_of(status.and_then(|s| s.result)),
+                    seconds(status.and_then(|s| s.start_time.as_ref())),
+                    seconds(status.and_then(|s| s.completion_time.as_ref())),
+                )
+            }
+        }
+    };
+}
+
+cron_kind!(ReclaimSpaceCronJob, ReclaimSpaceJob, "reclaimspacecronjob");
+cron_kind!(EncryptionKeyRotationCronJob, EncryptionKeyRotationJob, "encryptionkeyrotationcronjob");
+
+pub async fn run<C: CronKind>(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
+    let workers = super::workers(&ctx, C::CONTROLLER);
+    let (children, writer) = reflector::store::<C::Job>();
+    let child_events = watcher(Api::<C::Job>::all(ctx.client.clone()), watcher::Config::default().any_semantic())
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    let stream = Controller::new(Api::<C>::all(ctx.client.clone()), watcher::Config::default().any_semantic())
+        .owns_stream(child_events)
+        .with_config(kube::runtime::Config::default().concurrency(0))
+        .graceful_shutdown_on(stop)
+        .run(
+            move |cron, ctx| {
+                let (workers, children) = (workers.clone(), children.clone());
+                async move { workers.run(reconcile::<C>(cron, ctx, children)).await }
+            },
+            super::error_policy,
+            ctx,
+        );
+    stream.for_each(|_| futures::future::ready(())).await;
+}
+
+fn child_of<C: CronKind>(job: &C::Job) -> Child {
+    let (outcome, start_time, completion_time) = C::outcome(job);
+    let scheduled_at = job
+        .annotations()
+        .get(SCHEDULED_AT)
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .map(|t| t.as_second());
+    Child { name: job.name_any(), scheduled_at, outcome, start_time, completion_time }
+}
+
+async fn reconcile<C: CronKind>(
+    cron: Arc<C>,
+    ctx: Arc<Context>,
+    store: Store<C::Job>,
+) -> Result<Action, ReconcileError> {
+    if cron.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let namespace = cron.namespace().unwrap_or_default();
+    let uid = cron.uid().unwrap_or_default();
+    let schedule = match Schedule::parse(cron.schedule()) {
+        Ok(schedule) => schedule,
+        Err(e) => {
+            // Admission lets any non-empty text through, as upstream's CRD does.
+            ctx.event(cron.as_ref(), true, "InvalidSchedule", format!("{e}; no job will be started")).await;
+            return Ok(Action::await_change());
+        }
+    };
+    let children: Vec<Child> = store
+        .state()
+        .iter()
+        .filter(|j| j.namespace().as_deref() == Some(namespace.as_str()))
+        .filter(|j| j.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == uid))
+        .map(|j| child_of::<C>(j))
+        .collect();
+    let now = now_seconds();
+    let window = ctx.settings().cronjob_stagger_window.as_secs();
+    let window = schedule.interval_after(now).map_or(0, |i| i.min(i64::try_from(window).unwrap_or(i64::MAX)));
+    let (successful, failed) = cron.history_limits();
+    let input = CronInput {
+        name: &cron.name_any(),
+        schedule: &schedule,
+        created: seconds(cron.meta().creation_timestamp.as_ref()).unwrap_or(now),
+        last_schedule: cron.last_schedule(),
+        starting_deadline: cron.starting_deadline(),
+        concurrency: cron.concurrency(),
+        suspend: cron.suspended(),
+        successful_limit: usize::try_from(successful).unwrap_or(0),
+        failed_limit: usize::try_from(failed).unwrap_or(0),
+        stagger: stagger_offset(&uid, window),
+        now,
+        children: &children,
+    };
+    let decision = decide(&input);
+
+    let jobs = Api::<C::Job>::namespaced(ctx.client.clone(), &namespace);
+    let background = DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..Default::default() };
+    for name in &decision.prune {
+        if let Err(e) = jobs.delete(name, &background).await {
+            tracing::warn!(job = %format!("{namespace}/{name}"), error = %e, "pruning an old job failed");
+        }
+    }
+    if let Some(warning) = &decision.warning {
+        ctx.event(cron.as_ref(), true, "MissedSchedules", warning.clone()).await;
+    }
+    match &decision.action {
+        CronAction::Wait => {}
+        CronAction::Skip { reason } => ctx.event(cron.as_ref(), false, "RunSkipped", reason.clone()).await,
+        CronAction::Create { name, scheduled_at } => {
+            create_child(&ctx, cron.as_ref(), &jobs, name, *scheduled_at).await?
+        }
+        CronAction::Replace { delete, name, scheduled_at } => {
+            match jobs.delete(delete, &background).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+            ctx.event(cron.as_ref(), false, "JobReplaced", format!("deleted the running job {delete}")).await;
+            create_child(&ctx, cron.as_ref(), &jobs, name, *scheduled_at).await?;
+        }
+    }
+    let time = |t: Option<i64>| t.and_then(|t| k8s_openapi::jiff::Timestamp::from_second(t).ok()).map(Time);
+    let mut status = json!({
+        "lastScheduleTime": time(decision.status.last_schedule),
+        "lastSuccessfulTime": time(decision.status.last_successful),
+    });
+    if let Some(active) = &decision.status.active {
+        status["active"] = json!({
+            "apiVersion": C::Job::api_version(&()),
+            "kind": C::Job::kind(&()),
+            "name": active,
+            "namespace": namespace,
+        });
+    }
+    ctx.apply_status(cron.as_ref(), status).await?;
+    Ok(match decision.requeue_after {
+        Some(after) => Action::requeue(Duration::from_secs(after.max(1).unsigned_abs())),
+        None => Action::await_change(),
+    })
+}
+
+async fn create_child<C: CronKind>(
+    ctx: &Context,
+    cron: &C,
+    jobs: &Api<C::Job>,
+    name: &str,
+    scheduled_at: i64,
+) -> Result<(), ReconcileError> {
+    let mut job = cron.job(name);
+    let at = k8s_openapi::jiff::Timestamp::from_second(scheduled_at).unwrap_or_default();
+    job.meta_mut().namespace = cron.namespace();
+    job.annotations_mut().insert(SCHEDULED_AT.to_owned(), at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+    job.meta_mut().owner_references = Some(vec![OwnerReference {
+        api_version: C::api_version(&()).into_owned(),
+        kind: C::kind(&()).into_owned(),
+        name: cron.name_any(),
+        uid: cron.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }]);
+    match jobs.create(&PostParams::default(), &job).await {
+        Ok(_) => {
+            ctx.event(cron, false, "JobCreated", format!("created {} {name} for the run at {at}", C::Job::kind(&())))
+                .await;
+            Ok(())
+        }
+        // Deterministic names: this run was already started.
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => {
+            ctx.event(cron, true, "JobCreateFailed", format!("creating {name}: {e}")).await;
+            Err(e.into())
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! One reconciler for both one-shot job kinds (ReclaimSpaceJob, EncryptionKeyRotationJob; upstream
+//! has two near-copies). fetch (job, PVC, PV, attachment) → validate → decide (`job::next_step`)
+//! → act (the kind's sidecar calls) → status and events. What differs per kind is the
+//! `JobKind` implementation in `job_kinds`.
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::csiaddons::OperationResult;
+use futures::Future;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::runtime::Controller;
+use kube::runtime::controller::Action;
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::context::{Context, ReconcileError, condition, now_seconds, set_condition};
+use crate::job::{Limits, Step, next_step};
+
+/// The volume a job acts on.
+#[derive(Debug, Clone)]
+pub struct Volume {
+    pub pvc: String,
+    pub pv: String,
+    pub driver: String,
+    /// The node where a live VolumeAttachment says the volume is attached.
+    pub attached_to: Option<String>,
+}
+
+/// What an attempt did.
+#[derive(Debug, Clone, Default)]
+pub struct Done {
+    pub reclaimed_bytes: Option<i64>,
+}
+
+/// Why an attempt failed: worth retrying, or not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttemptError {
+    Transient(String),
+    Permanent(String),
+}
+
+/// A one-shot job kind.
+pub trait JobKind:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + Serialize
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// controller-runtime's name for upstream's controller of this kind.
+    const CONTROLLER: &'static str;
+    const SUCCESS: &'static str;
+    fn pvc(&self) -> &str;
+    fn limits(&self) -> Limits;
+    /// `spec.timeout` in seconds.
+    fn timeout(&self) -> Option<i64>;
+    /// One attempt of the operation.
+    fn attempt(
+        ctx: &Context,
+        volume: &Volume,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Done, AttemptError>> + Send;
+}
+
+/// The status fields both kinds share.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct JobStatus {
+    result: Option<OperationResult>,
+    #[serde(default)]
+    conditions: Vec<Condition>,
+    retries: Option<i32>,
+    start_time: Option<Time>,
+}
+
+fn status_of<K: Serialize>(job: &K) -> JobStatus {
+    serde_json::to_value(job)
+        .ok()
+        .and_then(|mut v| v.get_mut("status").map(serde_json::Value::take))
+        .and_then(|s| serde_json::from_value(s).ok())
+        .unwrap_or_default()
+}
+
+pub async fn run<K: JobKind>(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
+    let workers = super::workers(&ctx, K::CONTROLLER);
+    let api = Api::<K>::all(ctx.client.clone());
+    let stream = Controller::new(api, watcher::Config::default().any_semantic())
+        .with_config(kube::runtime::Config::default().concurrency(0))
+        .graceful_shutdown_on(stop)
+        .run(
+            move |job, ctx| {
+                let workers = workers.clone();
+                async move { workers.run(reconcile(job, ctx)).await }
+            },
+            super::error_policy,
+            ctx,
+        );
+    super::drain(stream).await;
+}
+
+fn forget(ctx: &Context, uid: &str) {
+    ctx.job_failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(uid);
+}
+
+async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let uid = job.uid().unwrap_or_default();
+    let status = status_of(job.as_ref());
+    if job.meta().deletion_timestamp.is_some() || status.result.is_some() {
+        forget(&ctx, &uid);
+        return Ok(Action::await_change());
+    }
+    let now = now_seconds();
+    let start = status.start_time.as_ref().map_or(now, |t| t.0.as_second());
+    if job.pvc().is_empty() {
+        return finish(&ctx, job.as_ref(), &status, start, Err("spec.target.persistentVolumeClaim is empty".into()))
+            .await;
+    }
+    let limits = job.limits();
+    let created = job.meta().creation_timestamp.as_ref().map_or(now, |t| t.0.as_second());
+    let remembered = ctx.job_failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&uid).copied();
+    let (failures, last_failure) = match remembered {
+        Some((failures, at)) => (failures, Some(at)),
+        // After a restart: the count from status, and retry now.
+        None => (status.retries.and_then(|n| u32::try_from(n).ok()).unwrap_or(0), None),
+    };
+    match next_step(limits, created, now, failures, last_failure) {
+        Step::GiveUp(message) => return finish(&ctx, job.as_ref(), &status, start, Err(message)).await,
+        Step::Wait(delay) => return Ok(Action::requeue(delay)),
+        Step::Attempt => {}
+    }
+    if status.start_time.is_none() {
+        ctx.apply_status(job.as_ref(), json!({"startTime": Time(k8s_openapi::jiff::Timestamp::now())})).await?;
+    }
+    let timeout = job
+        .timeout()
+        .filter(|t| *t > 0)
+        .map_or(ctx.settings().reclaim_space_timeout, |t| Duration::from_secs(t.unsigned_abs()));
+    let outcome = match volume(&ctx, job.as_ref()).await {
+        Ok(volume) => K::attempt(&ctx, &volume, timeout).await,
+        Err(e) => Err(e),
+    };
+    match outcome {
+        Ok(done) => finish(&ctx, job.as_ref(), &status, start, Ok(done)).await,
+        Err(AttemptError::Permanent(message)) => finish(&ctx, job.as_ref(), &status, start, Err(message)).await,
+        Err(AttemptError::Transient(message)) => {
+            let failures = failures + 1;
+            let now = now_seconds();
+            ctx.job_failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(uid, (failures, now));
+            match next_step(limits, created, now, failures, Some(now)) {
+                Step::GiveUp(limit) => {
+                    finish(&ctx, job.as_ref(), &status, start, Err(format!("{limit}; last error: {message}"))).await
+                }
+                Step::Wait(delay) => {
+                    tracing::info!(job = %job.name_any(), failures, error = %message, ?delay, "attempt failed; retrying");
+                    let generation = job.meta().generation;
+                    let conditions =
+                        set_condition(&status.conditions, condition("Failed", true, "failed", &message, generation));
+                    ctx.apply_status(
+                        job.as_ref(),
+                        json!({"startTime": Time(k8s_openapi::jiff::Timestamp::from_second(start).unwrap_or_default()),
+                               "retries": failures, "conditions": conditions}),
+                    )
+                    .await?;
+                    ctx.event(job.as_ref(), true, "AttemptFailed", format!("attempt {failures} failed: {message}"))
+                        .await;
+                    Ok(Action::requeue(delay))
+                }
+                Step::Attempt => Ok(Action::requeue(Duration::from_secs(1))),
+            }
+        }
+    }
+}
+
+/// Writes the result, records the event and the metrics; the job is done.
+async fn finish<K: JobKind>(
+    ctx: &Context,
+    job: &K,
+    status: &JobStatus,
+    start: i64,
+    outcome: Result<Done, String>,
+) -> Result<Action, ReconcileError> {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let start_time = k8s_openapi::jiff::Timestamp::from_second(start).unwrap_or(now);
+    let generation = job.meta().generation;
+    let retries = ctx
+        .job_failures
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(&job.uid().unwrap_or_default())
+        .map_or(status.retries.unwrap_or(0), |(n, _)| i32::try_from(*n).unwrap_or(i32::MAX));
+    let (result, message, conditions, reclaimed) = match &outcome {
+        Ok(done) => (
+            OperationResult::Succeeded,
+            K::SUCCESS.to_owned(),
+            set_condition(&status.conditions, condition("Failed", false, "succeeded", "", generation)),
+            done.reclaimed_bytes,
+        ),
+        Err(message) => (
+            OperationResult::Failed,
+            message.clone(),
+            set_condition(&status.conditions, condition("Failed", true, "failed", message, generation)),
+            None,
+        ),
+    };
+    let mut body = json!({
+        "result": result,
+        "message": message,
+        "conditions": conditions,
+        "retries": retries,
+        "startTime": Time(start_time),
+        "completionTime": Time(now),
+    });
+    if let Some(bytes) = reclaimed {
+        body["reclaimedSpace"] = json!(bytes.to_string());
+        ctx.metrics.reclaimed_bytes.inc_by(bytes.unsigned_abs());
+    }
+    ctx.apply_status(job, body).await?;
+    forget(ctx, &job.uid().unwrap_or_default());
+    let (label, warning) = match result {
+        OperationResult::Succeeded => ("Succeeded", false),
+        OperationResult::Failed => ("Failed", true),
+    };
+    ctx.metrics.operations.with_label_values(&[K::kind(&()).as_ref(), label]).inc();
+    ctx.metrics
+        .operation_duration
+        .with_label_values(&[K::kind(&()).as_ref()])
+        .observe((now.as_second() - start).max(0) as f64);
+    let note = match reclaimed {
+        Some(bytes) => format!("{message} Reclaimed {bytes} bytes."),
+        None => message,
+    };
+    ctx.event(job, warning, label, note).await;
+    Ok(Action::await_change())
+}
+
+/// The job's PVC, its PV and where it is attached. A PVC not (yet) there or not bound is worth
+/// retrying; a PV that is not CSI is not.
+async fn volume<K: JobKind>(ctx: &Context, job: &K) -> Result<Volume, AttemptError> {
+    let namespace = job.namespace().unwrap_or_default();
+    let name = job.pvc();
+    let pvc = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| AttemptError::Transient(format!("reading PVC {namespace}/{name}: {e}")))?
+        .ok_or_else(|| AttemptError::Transient(format!("PVC {namespace}/{name} does not exist")))?;
+    let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+    let pv_name = pvc.spec.as_ref().and_then(|s| s.volume_name.clone()).filter(|v| !v.is_empty());
+    let Some(pv_name) = pv_name.filter(|_| bound) else {
+        return Err(AttemptError::Transient(format!("PVC {namespace}/{name} is not bound yet")));
+    };
+    let pv = Api::<PersistentVolume>::all(ctx.client.clone())
+        .get_opt(&pv_name)
+        .await
+        .map_err(|e| AttemptError::Transient(format!("reading PV {pv_name}: {e}")))?
+        .ok_or_else(|| AttemptError::Transient(format!("PV {pv_name} does not exist")))?;
+    let Some(csi) = pv.spec.and_then(|s| s.csi) else {
+        return Err(AttemptError::Permanent(format!("PV {pv_name} of PVC {namespace}/{name} is not a CSI volume")));
+    };
+    let attachments = Api::<VolumeAttachment>::all(ctx.client.clone())
+        .list(&Default::default())
+        .await
+        .map_err(|e| AttemptError::Transient(format!("listing VolumeAttachments: {e}")))?;
+    Ok(Volume {
+        pvc: name.to_owned(),
+        attached_to: attached_node(&attachments.items, &pv_name),
+        pv: pv_name,
+        driver: csi.driver,
+    })
+}
+
+/// The node of the first live, attached VolumeAttachment of `pv` (inline volumes, which name no
+/// PV, are skipped instead of crashing: upstream defect 17).
+pub fn attached_node(attachments: &[VolumeAttachment], pv: &str) -> Option<String> {
+    attachments
+        .iter()
+        .filter(|a| a.metadata.deletion_timestamp.is_none())
+        .filter(|a| a.status.as_ref().is_some_and(|s| s.attached))
+        .find(|a| a.spec.source.persistent_volume_name.as_deref() == Some(pv))
+        .map(|a| a.spec.node_name.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::storage::v1::{VolumeAttachmentSource, VolumeAttachmentSpec, VolumeAttachmentStatus};
+
+    fn attachment(pv: Option<&str>, node: &str, attached: bool) -> VolumeAttachment {
+        VolumeAttachment {
+            spec: VolumeAttachmentSpec {
+                attacher: "d".into(),
+                node_name: node.into(),
+                source: VolumeAttachmentSource { persistent_volume_name: pv.map(Into::into), ..Default::default() },
+            },
+            status: Some(VolumeAttachmentStatus { attached, ..Default::default() }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_live_attachments_of_the_pv_count_and_inline_ones_are_skipped() {
+        let list = [
+            attachment(None, "inline", true),
+            attachment(Some("pv-1"), "n0", false),
+            attachment(Some("pv-1"), "n1", true),
+        ];
+        assert_eq!(attached_node(&list, "pv-1").as_deref(), Some("n1"));
+        assert_eq!(attached_node(&list, "pv-2"), None);
+    }
+
+    #[test]
+    fn the_shared_status_is_read_from_either_kind() {
+        let mut job = api::csiaddons::ReclaimSpaceJob::new("j", Default::default());
+        assert!(status_of(&job).result.is_none());
+        job.status = Some(api::csiaddons::ReclaimSpaceJobStatus {
+            result: Some(OperationResult::Failed),
+            retries: Some(2),
+            ..Default::default()
+        });
+        let status = status_of(&job);
+        assert_eq!((status.result, status.retries), (Some(OperationResult::Failed), Some(2)));
+    }
+}

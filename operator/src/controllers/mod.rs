@@ -1,0 +1,53 @@
+//! The reconcilers, one module each, and how they are started: only while this manager leads,
+//! each with its live-resized workers.
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::runtime::controller::Action;
+use tokio::sync::watch;
+
+use crate::context::{Context, ReconcileError, Workers, follow_worker_setting};
+
+pub mod cronjobs;
+pub mod job_kinds;
+pub mod jobs;
+pub mod node;
+pub mod pvc;
+pub mod volume_health;
+
+/// How long after a failed pass an object is looked at again.
+const ERROR_RETRY: Duration = Duration::from_secs(5);
+
+/// Retries a failed pass after a short wait (the reconcilers back off themselves where it matters).
+pub fn error_policy<K>(_object: Arc<K>, _error: &ReconcileError, _ctx: Arc<Context>) -> Action {
+    Action::requeue(ERROR_RETRY)
+}
+
+/// The workers of controller `name`, following `max-concurrent-reconciles`.
+pub fn workers(ctx: &Context, name: &'static str) -> Arc<Workers> {
+    let workers = Workers::new(name, ctx.settings().max_concurrent_reconciles, ctx.metrics.clone());
+    follow_worker_setting(workers.clone(), ctx.settings.clone());
+    workers
+}
+
+/// Drains a controller's result stream (results are already recorded by `Workers::run`).
+pub async fn drain<S: futures::Stream + Send>(stream: S) {
+    stream.for_each(|_| futures::future::ready(())).await;
+}
+
+/// Runs every reconciler until `stop`.
+pub async fn run_all(ctx: Arc<Context>, volume_health_cleanup: bool, stop: watch::Receiver<bool>) {
+    let stopped = |mut stop: watch::Receiver<bool>| async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(node::run(ctx.clone(), stopped(stop.clone())));
+    tasks.spawn(jobs::run::<api::csiaddons::ReclaimSpaceJob>(ctx.clone(), stopped(stop.clone())));
+    tasks.spawn(jobs::run::<api::csiaddons::EncryptionKeyRotationJob>(ctx.clone(), stopped(stop.clone())));
+    tasks.spawn(cronjobs::run::<api::csiaddons::ReclaimSpaceCronJob>(ctx.clone(), stopped(stop.clone())));
+    tasks.spawn(cronjobs::run::<api::csiaddons::EncryptionKeyRotationCronJob>(ctx.clone(), stopped(stop.clone())));
+    tasks.spawn(pvc::run(ctx.clone(), stopped(stop.clone())));
+    tasks.spawn(volume_health::run(ctx.clone(), volume_health_cleanup, stop.clone()));
+    while tasks.join_next().await.is_some() {}
+}

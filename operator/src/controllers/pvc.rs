@@ -1,0 +1,435 @@
+//! Annotation scheduling: ReclaimSpaceCronJobs and EncryptionKeyRotationCronJobs for PVCs from
+//! the PVC's, its Namespace's or its StorageClass's annotations, in either precedence mode.
+//! fetch (PVC, Namespace and StorageClass from trimmed caches; PV driver; the children) → decide
+//! (`annotations::desired`, `annotations::plan_children`, pure) → act (create, update, delete) →
+//! events. Unlike upstream: Namespace changes apply at once (no restart), a PVC that binds after
+//! being annotated is picked up when it binds (defect 29), the Namespace `…/drivers` annotation is
+//! compared with the driver's name (defect 4), and a live `schedule-precedence` change
+//! re-evaluates every PVC.
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use api::csiaddons::{EncryptionKeyRotationCronJob, ReclaimSpaceCronJob};
+use futures::{Future, StreamExt};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, PredicateConfig, WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+
+use crate::annotations::{Child, Desired, Feature, MANAGED, STATE, Sources, desired, plan_children};
+use crate::context::{Context, ReconcileError};
+use crate::controllers::job_kinds::{KEY_ROTATION, RECLAIM_OFFLINE, RECLAIM_ONLINE};
+use crate::flags::SchedulePrecedence;
+
+const NAME: &str = "persistentvolumeclaim";
+const FEATURES: [Feature; 2] = [Feature::ReclaimSpace, Feature::KeyRotation];
+/// A Namespace schedule for a driver whose sidecars have not registered yet is looked at again.
+const DRIVER_WAIT: Duration = Duration::from_secs(30);
+
+/// The annotation keys this controller reads.
+fn relevant_keys() -> Vec<String> {
+    FEATURES.iter().flat_map(|f| [f.schedule_key(), f.enable_key(), f.drivers_key(), f.cronjob_key()]).collect()
+}
+
+fn keep_relevant(annotations: &mut BTreeMap<String, String>, keys: &[String]) {
+    annotations.retain(|k, _| keys.contains(k));
+}
+
+/// What the controller needs of a PVC, the rest dropped before caching (memory at scale).
+fn trim_pvc(pvc: &mut PersistentVolumeClaim, keys: &[String]) {
+    let meta = &mut pvc.metadata;
+    meta.managed_fields = None;
+    meta.labels = None;
+    meta.finalizers = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        keep_relevant(annotations, keys);
+    }
+    if let Some(spec) = pvc.spec.as_mut() {
+        *spec = k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
+            storage_class_name: spec.storage_class_name.take(),
+            volume_name: spec.volume_name.take(),
+            ..Default::default()
+        };
+    }
+    if let Some(status) = pvc.status.as_mut() {
+        *status = k8s_openapi::api::core::v1::PersistentVolumeClaimStatus {
+            phase: status.phase.take(),
+            ..Default::default()
+        };
+    }
+}
+
+/// Changes worth a pass: relevant annotations, binding, class, deletion.
+fn pvc_fingerprint(pvc: &PersistentVolumeClaim) -> Option<u64> {
+    let mut hasher = DefaultHasher::new();
+    pvc.metadata.annotations.hash(&mut hasher);
+    pvc.metadata.deletion_timestamp.is_some().hash(&mut hasher);
+    pvc.metadata.uid.hash(&mut hasher);
+    pvc.spec.as_ref().map(|s| (&s.volume_name, &s.storage_class_name)).hash(&mut hasher);
+    pvc.status.as_ref().map(|s| &s.phase).hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+fn resource(feature: Feature) -> ApiResource {
+    match feature {
+        Feature::ReclaimSpace => ApiResource::erase::<ReclaimSpaceCronJob>(&()),
+        Feature::KeyRotation => ApiResource::erase::<EncryptionKeyRotationCronJob>(&()),
+    }
+}
+
+/// The caches a pass reads.
+#[derive(Clone)]
+struct Caches {
+    namespaces: Store<PartialObjectMeta<Namespace>>,
+    classes: Store<StorageClass>,
+    reclaim_children: Store<PartialObjectMeta<ReclaimSpaceCronJob>>,
+    rotation_children: Store<PartialObjectMeta<EncryptionKeyRotationCronJob>>,
+    /// PV name → CSI driver (None: not CSI). A PV's source never changes.
+    drivers: Arc<Mutex<HashMap<String, Option<String>>>>,
+}
+
+pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
+    let workers = super::workers(&ctx, NAME);
+    let client = ctx.client.clone();
+    let keys = relevant_keys();
+    let config = watcher::Config::default().any_semantic();
+
+    let (pvcs, pvc_writer) = reflector::store::<PersistentVolumeClaim>();
+    let pvc_keys = keys.clone();
+    let pvc_stream = watcher(Api::<PersistentVolumeClaim>::all(client.clone()), config.clone())
+        .default_backoff()
+        .modify(move |pvc| trim_pvc(pvc, &pvc_keys))
+        .reflect(pvc_writer)
+        .applied_objects()
+        .predicate_filter(pvc_fingerprint, PredicateConfig::default());
+
+    let (namespaces, ns_writer) = reflector::store::<PartialObjectMeta<Namespace>>();
+    let ns_keys = keys.clone();
+    let ns_stream = watcher(Api::<PartialObjectMeta<Namespace>>::all(client.clone()), config.clone())
+        .default_backoff()
+        .modify(move |ns| {
+            ns.metadata.managed_fields = None;
+            ns.metadata.labels = None;
+            if let Some(annotations) = ns.metadata.annotations.as_mut() {
+                keep_relevant(annotations, &ns_keys);
+            }
+        })
+        .reflect(ns_writer)
+        .applied_objects()
+        .predicate_filter(kube::runtime::predicates::annotations, PredicateConfig::default());
+
+    let (classes, sc_writer) = reflector::store::<StorageClass>();
+    let sc_stream = watcher(Api::<StorageClass>::all(client.clone()), config.clone())
+        .default_backoff()
+        .modify(|sc| sc.metadata.managed_fields = None)
+        .reflect(sc_writer)
+        .applied_objects()
+        .predicate_filter(kube::runtime::predicates::annotations, PredicateConfig::default());
+
+    let (reclaim_children, rs_writer) = reflector::store::<PartialObjectMeta<ReclaimSpaceCronJob>>();
+    let rs_stream = watcher(Api::<PartialObjectMeta<ReclaimSpaceCronJob>>::all(client.clone()), config.clone())
+        .default_backoff()
+        .modify(|c| c.metadata.managed_fields = None)
+        .reflect(rs_writer)
+        .touched_objects();
+    let (rotation_children, kr_writer) = reflector::store::<PartialObjectMeta<EncryptionKeyRotationCronJob>>();
+    let kr_stream =
+        watcher(Api::<PartialObjectMeta<EncryptionKeyRotationCronJob>>::all(client.clone()), config.clone())
+            .default_backoff()
+            .modify(|c| c.metadata.managed_fields = None)
+            .reflect(kr_writer)
+            .touched_objects();
+
+    let caches = Caches {
+        namespaces,
+        classes,
+        reclaim_children,
+        rotation_children,
+        drivers: Arc::new(Mutex::new(HashMap::new())),
+    };
+    // A live change of schedule-precedence re-evaluates every PVC.
+    let precedence_changes = futures::stream::unfold(ctx.settings.clone(), |mut settings| async move {
+        let current = settings.borrow_and_update().schedule_precedence;
+        loop {
+            settings.changed().await.ok()?;
+            if settings.borrow_and_update().schedule_precedence != current {
+                return Some(((), settings));
+            }
+        }
+    });
+    let (in_namespace, of_class) = (pvcs.clone(), pvcs.clone());
+    let stream = Controller::for_stream(pvc_stream, pvcs)
+        .owns_stream(rs_stream)
+        .owns_stream(kr_stream)
+        .watches_stream(ns_stream, move |ns: PartialObjectMeta<Namespace>| {
+            let name = ns.name_any();
+            in_namespace
+                .state()
+                .iter()
+                .filter(|p| p.namespace().as_deref() == Some(name.as_str()))
+                .map(|p| ObjectRef::from_obj(p.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .watches_stream(sc_stream, move |sc: StorageClass| {
+            let name = sc.name_any();
+            of_class
+                .state()
+                .iter()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.storage_class_name.as_deref()) == Some(name.as_str()))
+                .map(|p| ObjectRef::from_obj(p.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .reconcile_all_on(precedence_changes)
+        .with_config(kube::runtime::Config::default().concurrency(0))
+        .graceful_shutdown_on(stop)
+        .run(
+            move |pvc, ctx| {
+                let (workers, caches) = (workers.clone(), caches.clone());
+                async move { workers.run(reconcile(pvc, ctx, caches)).await }
+            },
+            super::error_policy,
+            ctx,
+        );
+    stream.for_each(|_| futures::future::ready(())).await;
+}
+
+/// The PV's CSI driver, from the cache or the API server.
+async fn driver_of(ctx: &Context, caches: &Caches, pv: &str) -> Result<Option<String>, kube::Error> {
+    if let Some(known) = caches.drivers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(pv) {
+        return Ok(known.clone());
+    }
+    let Some(found) = Api::<PersistentVolume>::all(ctx.client.clone()).get_opt(pv).await? else {
+        return Ok(None);
+    };
+    let driver = found.spec.and_then(|s| s.csi).map(|c| c.driver);
+    caches.drivers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(pv.to_owned(), driver.clone());
+    Ok(driver)
+}
+
+/// Whether a sidecar of `driver` offers the feature (a Namespace schedule counts only then).
+fn driver_offers(ctx: &Context, driver: &str, feature: Feature) -> bool {
+    let wanted: &[&str] = match feature {
+        Feature::ReclaimSpace => &[RECLAIM_ONLINE, RECLAIM_OFFLINE],
+        Feature::KeyRotation => &[KEY_ROTATION],
+    };
+    wanted.iter().any(|capability| ctx.pool.offers(driver, capability))
+}
+
+/// The Namespace lists `driver` in the feature's `…/drivers` annotation (comma-separated).
+fn namespace_expects(annotations: Option<&BTreeMap<String, String>>, feature: Feature, driver: &str) -> bool {
+    annotations
+        .and_then(|a| a.get(&feature.drivers_key()))
+        .is_some_and(|list| list.split(',').any(|d| d.trim() == driver))
+}
+
+async fn reconcile(
+    pvc: Arc<PersistentVolumeClaim>,
+    ctx: Arc<Context>,
+    caches: Caches,
+) -> Result<Action, ReconcileError> {
+    if pvc.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+    let pv = pvc.spec.as_ref().and_then(|s| s.volume_name.clone()).filter(|v| !v.is_empty());
+    // Binding is an event like any other here: an unbound PVC waits for it.
+    let Some(pv) = pv.filter(|_| bound) else { return Ok(Action::await_change()) };
+    let Some(driver) = driver_of(&ctx, &caches, &pv).await? else { return Ok(Action::await_change()) };
+    let namespace = pvc.namespace().unwrap_or_default();
+    let namespace_meta = caches.namespaces.get(&ObjectRef::new(&namespace));
+    let class = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_deref())
+        .and_then(|name| caches.classes.get(&ObjectRef::new(name)));
+    let precedence = ctx.settings().schedule_precedence;
+    let empty = BTreeMap::new();
+    let mut requeue = None;
+    for feature in FEATURES {
+        let namespace_annotations = namespace_meta.as_ref().map(|n| n.annotations());
+        let offers = driver_offers(&ctx, &driver, feature);
+        if !offers
+            && precedence == SchedulePrecedence::Pvc
+            && namespace_expects(namespace_annotations, feature, &driver)
+        {
+            requeue = Some(DRIVER_WAIT);
+        }
+        let sources = Sources {
+            pvc: pvc.metadata.annotations.as_ref().unwrap_or(&empty),
+            namespace: namespace_annotations,
+            storage_class: class.as_ref().map(|c| c.annotations()),
+            driver_offers: offers,
+        };
+        let want = desired(feature, precedence, &sources);
+        let children = children(&ctx, &caches, &pvc, feature).await?;
+        let plan = plan_children(&pvc.name_any(), feature, &want, &children);
+        if plan.hands_off {
+            continue;
+        }
+        act(&ctx, &pvc, feature, &want, plan).await?;
+    }
+    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// The feature's cron jobs owned by the PVC, with their schedules.
+async fn children(
+    ctx: &Context,
+    caches: &Caches,
+    pvc: &PersistentVolumeClaim,
+    feature: Feature,
+) -> Result<Vec<Child>, kube::Error> {
+    let uid = pvc.uid().unwrap_or_default();
+    let namespace = pvc.namespace().unwrap_or_default();
+    let owned = |meta: &kube::api::ObjectMeta| {
+        meta.namespace.as_deref() == Some(namespace.as_str())
+            && meta.owner_references.iter().flatten().any(|o| o.uid == uid && o.controller == Some(true))
+    };
+    let names: Vec<String> = match feature {
+        Feature::ReclaimSpace => {
+            caches.reclaim_children.state().iter().filter(|c| owned(&c.metadata)).map(|c| c.name_any()).collect()
+        }
+        Feature::KeyRotation => {
+            caches.rotation_children.state().iter().filter(|c| owned(&c.metadata)).map(|c| c.name_any()).collect()
+        }
+    };
+    let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &resource(feature));
+    let mut children = Vec::new();
+    for name in names {
+        let Some(child) = api.get_opt(&name).await? else { continue };
+        let managed = child.annotations().get(STATE).map(String::as_str) == Some(MANAGED);
+        let schedule = child.data.pointer("/spec/schedule").and_then(|s| s.as_str()).unwrap_or_default().to_owned();
+        children.push(Child { name, managed, schedule });
+    }
+    Ok(children)
+}
+
+/// A managed cron job for `pvc` with upstream's defaults (§7.7).
+fn cron_job(pvc: &PersistentVolumeClaim, feature: Feature, name: &str, schedule: &str) -> serde_json::Value {
+    let resource = resource(feature);
+    json!({
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": {
+            "name": name,
+            "namespace": pvc.namespace(),
+            "annotations": {STATE: MANAGED},
+            "ownerReferences": [{
+                "apiVersion": PersistentVolumeClaim::api_version(&()),
+                "kind": PersistentVolumeClaim::kind(&()),
+                "name": pvc.name_any(),
+                "uid": pvc.uid(),
+                "controller": true,
+                "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": {
+            "schedule": schedule,
+            "concurrencyPolicy": "Forbid",
+            "failedJobsHistoryLimit": 1,
+            "successfulJobsHistoryLimit": 3,
+            "jobTemplate": {"spec": {
+                "target": {"persistentVolumeClaim": pvc.name_any()},
+                "backOffLimit": 6,
+                "retryDeadlineSeconds": 600,
+            }},
+        },
+    })
+}
+
+async fn act(
+    ctx: &Context,
+    pvc: &PersistentVolumeClaim,
+    feature: Feature,
+    want: &Desired,
+    plan: crate::annotations::ChildPlan,
+) -> Result<(), ReconcileError> {
+    let namespace = pvc.namespace().unwrap_or_default();
+    let resource = resource(feature);
+    let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &resource);
+    let changing = plan.create.is_some() || plan.update.is_some();
+    if let (Desired::Present { warning: Some(warning), .. }, true) = (want, changing) {
+        ctx.event(pvc, true, "InvalidSchedule", warning.clone()).await;
+    }
+    for name in &plan.delete {
+        match api.delete(name, &DeleteParams::background()).await {
+            Ok(_) => ctx.event(pvc, false, "CronJobDeleted", format!("deleted {} {name}", resource.kind)).await,
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some((name, schedule)) = &plan.update {
+        let patch = json!({"spec": {"schedule": schedule}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        ctx.event(pvc, false, "CronJobUpdated", format!("{} {name} now runs at {schedule:?}", resource.kind)).await;
+    }
+    if let Some((name, schedule)) = &plan.create {
+        let object: DynamicObject = serde_json::from_value(cron_job(pvc, feature, name, schedule))
+            .map_err(|e| ReconcileError::Transient(format!("building {name}: {e}")))?;
+        match api.create(&PostParams::default(), &object).await {
+            Ok(_) => {
+                ctx.event(pvc, false, "CronJobCreated", format!("created {} {name} at {schedule:?}", resource.kind))
+                    .await;
+            }
+            // Created by an earlier pass whose cache had not caught up.
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_namespace_driver_list_is_compared_with_the_driver_name() {
+        let annotations: BTreeMap<String, String> =
+            [(Feature::ReclaimSpace.drivers_key(), "rbd.csi.ceph.com, cephfs.csi.ceph.com".to_owned())].into();
+        assert!(namespace_expects(Some(&annotations), Feature::ReclaimSpace, "cephfs.csi.ceph.com"));
+        assert!(!namespace_expects(Some(&annotations), Feature::ReclaimSpace, "other.csi"));
+        assert!(!namespace_expects(Some(&annotations), Feature::KeyRotation, "rbd.csi.ceph.com"));
+        assert!(!namespace_expects(None, Feature::ReclaimSpace, "rbd.csi.ceph.com"));
+    }
+
+    #[test]
+    fn cached_pvcs_keep_only_what_scheduling_reads() {
+        let mut pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": "p", "labels": {"a": "b"}, "annotations": {
+                "reclaimspace.csiaddons.openshift.io/schedule": "@daily", "unrelated": "x"}},
+            "spec": {"storageClassName": "fast", "volumeName": "pv-1", "accessModes": ["ReadWriteOnce"]},
+            "status": {"phase": "Bound", "accessModes": ["ReadWriteOnce"]},
+        }))
+        .unwrap();
+        let before = pvc_fingerprint(&pvc);
+        trim_pvc(&mut pvc, &relevant_keys());
+        assert_eq!(
+            serde_json::to_value(&pvc).unwrap(),
+            json!({
+                "metadata": {"name": "p", "annotations": {"reclaimspace.csiaddons.openshift.io/schedule": "@daily"}},
+                "spec": {"storageClassName": "fast", "volumeName": "pv-1"},
+                "status": {"phase": "Bound"},
+            })
+        );
+        assert_ne!(before, pvc_fingerprint(&pvc), "the unrelated annotation was part of the fingerprint before");
+    }
+
+    #[test]
+    fn managed_children_get_upstreams_defaults_and_a_controller_owner() {
+        let pvc: PersistentVolumeClaim =
+            serde_json::from_value(json!({"metadata": {"name": "data", "namespace": "apps", "uid": "u-1"}})).unwrap();
+        let job = cron_job(&pvc, Feature::KeyRotation, "data-keyrotation", "@weekly");
+        assert_eq!(job["kind"], "EncryptionKeyRotationCronJob");
+        assert_eq!(job["metadata"]["annotations"][STATE], MANAGED);
+        assert_eq!(job["metadata"]["ownerReferences"][0]["uid"], "u-1");
+        assert_eq!(job["spec"]["jobTemplate"]["spec"]["target"]["persistentVolumeClaim"], "data");
+        assert_eq!(job["spec"]["successfulJobsHistoryLimit"], 3);
+    }
+}
