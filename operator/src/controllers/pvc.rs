@@ -413,6 +413,8 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&pvc).unwrap(),
             json!({
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
                 "metadata": {"name": "p", "annotations": {"reclaimspace.csiaddons.openshift.io/schedule": "@daily"}},
                 "spec": {"storageClassName": "fast", "volumeName": "pv-1"},
                 "status": {"phase": "Bound"},
