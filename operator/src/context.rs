@@ -43,6 +43,8 @@ pub struct Context {
     /// Failed attempts of jobs without a result yet: UID → (failures, when the last one failed).
     /// In memory only: after a restart a job retries at once, then backs off again.
     pub job_failures: Mutex<HashMap<String, (u32, i64)>>,
+    /// `--watch-namespace`: namespaced kinds are watched here only.
+    pub watch_namespace: Option<String>,
 }
 
 impl Context {
@@ -52,6 +54,7 @@ impl Context {
         settings: watch::Receiver<Settings>,
         metrics: Metrics,
         instance: Option<String>,
+        watch_namespace: Option<String>,
     ) -> Self {
         let recorder = Recorder::new(client.clone(), Reporter { controller: FIELD_MANAGER.into(), instance });
         Context {
@@ -62,6 +65,18 @@ impl Context {
             metrics,
             recorder,
             job_failures: Mutex::new(HashMap::new()),
+            watch_namespace,
+        }
+    }
+
+    /// The Api a namespaced kind is watched through: `--watch-namespace`'s, or every namespace.
+    pub fn watched<K>(&self) -> Api<K>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+    {
+        match &self.watch_namespace {
+            Some(namespace) => Api::namespaced(self.client.clone(), namespace),
+            None => Api::all(self.client.clone()),
         }
     }
 

@@ -153,6 +153,10 @@ pub struct ManagerCli {
     /// Log as JSON lines (also `--zap-encoder=json`).
     #[arg(long, env = "LOG_JSON", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
     pub log_json: bool,
+    /// Watch the namespaced CSI-Addons kinds and PVCs of this namespace only (all namespaces
+    /// when unset): for a manager per tenant, and for tests sharing one API server.
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
 }
 
 impl ManagerCli {

@@ -295,7 +295,14 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
         .ok()
         .filter(|p| !p.is_empty())
         .unwrap_or_else(|| format!("csi-addons-manager-{}", std::process::id()));
-    let ctx = Arc::new(Context::new(client.clone(), security, settings_rx.clone(), metrics, Some(identity.clone())));
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        security,
+        settings_rx.clone(),
+        metrics,
+        Some(identity.clone()),
+        cli.watch_namespace.clone().filter(|n| !n.is_empty()),
+    ));
     tasks.spawn(crate::config_watch::follow(
         client.clone(),
         cli.namespace.clone(),

@@ -1,72 +1,13 @@
 //! The manager process against the real API server: probes, metrics, leader election between two
 //! managers, a dead API server on /readyz, and a bad ConfigMap value at start.
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
 
+use crate::manager_harness::Manager;
 use crate::sidecar_harness::{free_port, http_get};
-use crate::support::workspace_binary;
-
-struct Manager {
-    child: Child,
-    health: u16,
-    metrics: u16,
-    _dir: tempfile::TempDir,
-    log: std::path::PathBuf,
-}
-
-impl Drop for Manager {
-    fn drop(&mut self) {
-        testenv::process::stop(&mut self.child, Duration::from_secs(5));
-    }
-}
-
-impl Manager {
-    fn start(namespace: &str, kubeconfig: &std::path::Path, extra: &[&str]) -> Self {
-        let (health, metrics) = (free_port(), free_port());
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("manager.log");
-        let mut command = Command::new(workspace_binary("csi-addons-manager"));
-        command
-            .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
-            .arg(format!("-metrics-bind-address=127.0.0.1:{metrics}"))
-            .arg("-metrics-secure=false")
-            .arg(format!("--namespace={namespace}"))
-            .args(["--leader-election-lease-duration=4s", "--leader-election-renew-deadline=3s"])
-            .args(["--leader-election-retry-period=1s"])
-            .args(extra)
-            .env("KUBECONFIG", kubeconfig)
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap());
-        let child = testenv::process::spawn(command).unwrap();
-        Manager { child, health, metrics, _dir: dir, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    async fn eventually(&self, what: &str, check: impl AsyncFn(&Manager) -> bool) {
-        for _ in 0..300 {
-            if check(self).await {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        panic!("timed out waiting for {what}; manager log:\n{}", self.log());
-    }
-
-    async fn leading(&self) -> Option<bool> {
-        let (_, body) = http_get(self.metrics, "/metrics").await?;
-        let line = body.lines().find(|l| l.starts_with("leader_election_master_status{"))?;
-        Some(line.ends_with(" 1"))
-    }
-}
 
 #[tokio::test]
 async fn probes_and_metrics_follow_the_api_server() {

@@ -19,6 +19,8 @@ pub struct Recorder {
     log: Arc<Mutex<Log>>,
     failing: Arc<Mutex<Option<(String, Status)>>>,
     condition: Arc<Mutex<Option<csi::VolumeCondition>>>,
+    /// `Some`: advertise exactly these (`<field>.<VALUE>`) instead of the defaults.
+    advertised: Arc<Mutex<Option<Vec<String>>>>,
 }
 
 impl Recorder {
@@ -52,8 +54,30 @@ macro_rules! recorded {
     };
 }
 
+/// A capability from its `<field>.<VALUE>` name (the ones the tests use).
+fn named_capability(name: &str) -> identity::Capability {
+    use identity::capability::*;
+    let kind = match name {
+        "service.NODE_SERVICE" => Type::Service(Service { r#type: service::Type::NodeService as i32 }),
+        "service.CONTROLLER_SERVICE" => Type::Service(Service { r#type: service::Type::ControllerService as i32 }),
+        "reclaim_space.ONLINE" => Type::ReclaimSpace(ReclaimSpace { r#type: reclaim_space::Type::Online as i32 }),
+        "reclaim_space.OFFLINE" => Type::ReclaimSpace(ReclaimSpace { r#type: reclaim_space::Type::Offline as i32 }),
+        "encryption_key_rotation.ENCRYPTIONKEYROTATION" => Type::EncryptionKeyRotation(EncryptionKeyRotation {
+            r#type: encryption_key_rotation::Type::Encryptionkeyrotation as i32,
+        }),
+        "network_fence.NETWORK_FENCE" => {
+            Type::NetworkFence(NetworkFence { r#type: network_fence::Type::NetworkFence as i32 })
+        }
+        other => panic!("the recording driver does not know capability {other}"),
+    };
+    identity::Capability { r#type: Some(kind) }
+}
+
 fn capabilities(r: &Recorder) -> identity::GetCapabilitiesResponse {
     use identity::capability::{ReclaimSpace, Service, Type, reclaim_space, service};
+    if let Some(names) = &*r.advertised.lock().unwrap() {
+        return identity::GetCapabilitiesResponse { capabilities: names.iter().map(|n| named_capability(n)).collect() };
+    }
     let service = |t: service::Type| identity::Capability { r#type: Some(Type::Service(Service { r#type: t as i32 })) };
     let mut capabilities = vec![
         service(service::Type::NodeService),
@@ -94,7 +118,10 @@ recorded!(reclaimspace::reclaim_space_controller_server::ReclaimSpaceController 
 
 recorded!(reclaimspace::reclaim_space_node_server::ReclaimSpaceNode {
     node_reclaim_space(reclaimspace::NodeReclaimSpaceRequest) -> reclaimspace::NodeReclaimSpaceResponse =
-        |_| Default::default();
+        |_| reclaimspace::NodeReclaimSpaceResponse {
+            pre_usage: Some(reclaimspace::StorageConsumption { usage_bytes: 1000 }),
+            post_usage: Some(reclaimspace::StorageConsumption { usage_bytes: 900 }),
+        };
 });
 
 recorded!(fence::fence_controller_server::FenceController {
@@ -193,6 +220,7 @@ impl RecordingDriver {
             log: Arc::default(),
             failing: Arc::default(),
             condition: Arc::default(),
+            advertised: Arc::default(),
         };
         let routes = tonic::service::Routes::new(identity::identity_server::IdentityServer::new(recorder.clone()))
             .add_service(reclaimspace::reclaim_space_controller_server::ReclaimSpaceControllerServer::new(
@@ -234,6 +262,11 @@ impl RecordingDriver {
     /// From now on NodeGetVolumeStats reports this condition.
     pub fn set_condition(&self, abnormal: bool, message: &str) {
         *self.recorder.condition.lock().unwrap() = Some(csi::VolumeCondition { abnormal, message: message.to_owned() });
+    }
+
+    /// From now on GetCapabilities answers exactly `names` (`<field>.<VALUE>`).
+    pub fn advertise(&self, names: &[&str]) {
+        *self.recorder.advertised.lock().unwrap() = Some(names.iter().map(|n| (*n).to_owned()).collect());
     }
 
     /// From now on `method` answers `status`.

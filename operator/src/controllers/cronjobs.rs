@@ -118,11 +118,11 @@ cron_kind!(EncryptionKeyRotationCronJob, EncryptionKeyRotationJob, "encryptionke
 pub async fn run<C: CronKind>(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let workers = super::workers(&ctx, C::CONTROLLER);
     let (children, writer) = reflector::store::<C::Job>();
-    let child_events = watcher(Api::<C::Job>::all(ctx.client.clone()), watcher::Config::default().any_semantic())
+    let child_events = watcher(ctx.watched::<C::Job>(), watcher::Config::default().any_semantic())
         .default_backoff()
         .reflect(writer)
         .touched_objects();
-    let stream = Controller::new(Api::<C>::all(ctx.client.clone()), watcher::Config::default().any_semantic())
+    let stream = Controller::new(ctx.watched::<C>(), watcher::Config::default().any_semantic())
         .owns_stream(child_events)
         .with_config(kube::runtime::Config::default().concurrency(0))
         .graceful_shutdown_on(stop)

@@ -91,7 +91,7 @@ fn status_of<K: Serialize>(job: &K) -> JobStatus {
 
 pub async fn run<K: JobKind>(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let workers = super::workers(&ctx, K::CONTROLLER);
-    let api = Api::<K>::all(ctx.client.clone());
+    let api = ctx.watched::<K>();
     let stream = Controller::new(api, watcher::Config::default().any_semantic())
         .with_config(kube::runtime::Config::default().concurrency(0))
         .graceful_shutdown_on(stop)

@@ -78,7 +78,7 @@ pub fn validate(node: &CSIAddonsNode) -> Result<Target, String> {
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let workers = super::workers(&ctx, NAME);
-    let api = Api::<CSIAddonsNode>::all(ctx.client.clone());
+    let api = ctx.watched::<CSIAddonsNode>();
     let stream = Controller::new(api, watcher::Config::default().any_semantic())
         .with_config(kube::runtime::Config::default().concurrency(0))
         .graceful_shutdown_on(stop)

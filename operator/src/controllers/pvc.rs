@@ -103,7 +103,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
 
     let (pvcs, pvc_writer) = reflector::store::<PersistentVolumeClaim>();
     let pvc_keys = keys.clone();
-    let pvc_stream = watcher(Api::<PersistentVolumeClaim>::all(client.clone()), config.clone())
+    let pvc_stream = watcher(ctx.watched::<PersistentVolumeClaim>(), config.clone())
         .default_backoff()
         .modify(move |pvc| trim_pvc(pvc, &pvc_keys))
         .reflect(pvc_writer)
@@ -134,18 +134,17 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         .predicate_filter(kube::runtime::predicates::annotations, PredicateConfig::default());
 
     let (reclaim_children, rs_writer) = reflector::store::<PartialObjectMeta<ReclaimSpaceCronJob>>();
-    let rs_stream = watcher(Api::<PartialObjectMeta<ReclaimSpaceCronJob>>::all(client.clone()), config.clone())
+    let rs_stream = watcher(ctx.watched::<PartialObjectMeta<ReclaimSpaceCronJob>>(), config.clone())
         .default_backoff()
         .modify(|c| c.metadata.managed_fields = None)
         .reflect(rs_writer)
         .touched_objects();
     let (rotation_children, kr_writer) = reflector::store::<PartialObjectMeta<EncryptionKeyRotationCronJob>>();
-    let kr_stream =
-        watcher(Api::<PartialObjectMeta<EncryptionKeyRotationCronJob>>::all(client.clone()), config.clone())
-            .default_backoff()
-            .modify(|c| c.metadata.managed_fields = None)
-            .reflect(kr_writer)
-            .touched_objects();
+    let kr_stream = watcher(ctx.watched::<PartialObjectMeta<EncryptionKeyRotationCronJob>>(), config.clone())
+        .default_backoff()
+        .modify(|c| c.metadata.managed_fields = None)
+        .reflect(kr_writer)
+        .touched_objects();
 
     let caches = Caches {
         namespaces,

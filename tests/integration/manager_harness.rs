@@ -1,0 +1,179 @@
+//! The manager as a real process, and the Kubernetes objects its reconcilers act on: CSI PVs and
+//! PVCs bound by direct writes (no PV binder runs here), VolumeAttachments, jobs.
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use crate::sidecar_harness::{free_port, http_get};
+use crate::support::{unique, workspace_binary};
+
+pub struct Manager {
+    pub child: Child,
+    pub health: u16,
+    pub metrics: u16,
+    _dir: tempfile::TempDir,
+    log: std::path::PathBuf,
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        testenv::process::stop(&mut self.child, Duration::from_secs(5));
+    }
+}
+
+impl Manager {
+    /// A manager whose settings live in `namespace` and which watches only that namespace (tests
+    /// share one API server; each manager must leave the others' objects alone).
+    pub fn start(namespace: &str, kubeconfig: &std::path::Path, extra: &[&str]) -> Self {
+        let (health, metrics) = (free_port(), free_port());
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("manager.log");
+        let mut command = Command::new(workspace_binary("csi-addons-manager"));
+        command
+            .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
+            .arg(format!("-metrics-bind-address=127.0.0.1:{metrics}"))
+            .arg("-metrics-secure=false")
+            .arg(format!("--namespace={namespace}"))
+            .arg(format!("--watch-namespace={namespace}"))
+            .args(["--leader-election-lease-duration=4s", "--leader-election-renew-deadline=3s"])
+            .args(["--leader-election-retry-period=1s"])
+            .args(extra)
+            .env("KUBECONFIG", kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("RUST_LOG", "info,operator=debug")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        let child = testenv::process::spawn(command).unwrap();
+        Manager { child, health, metrics, _dir: dir, log }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Polls `check` for up to 60 s; the panic carries the manager's log.
+    pub async fn eventually(&self, what: &str, check: impl AsyncFn(&Manager) -> bool) {
+        for _ in 0..300 {
+            if check(self).await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!("timed out waiting for {what}; manager log:\n{}", self.log());
+    }
+
+    pub async fn leading(&self) -> Option<bool> {
+        let (_, body) = http_get(self.metrics, "/metrics").await?;
+        let line = body.lines().find(|l| l.starts_with("leader_election_master_status{"))?;
+        Some(line.ends_with(" 1"))
+    }
+
+    pub async fn metrics_text(&self) -> String {
+        http_get(self.metrics, "/metrics").await.map(|(_, body)| body).unwrap_or_default()
+    }
+}
+
+/// A CSI PV of `driver` and a PVC bound to it (both statuses Bound), with `annotations` on the
+/// PVC and `class` as its StorageClass. Returns the PV's name.
+pub async fn bound_pvc(
+    client: &kube::Client,
+    namespace: &str,
+    pvc: &str,
+    driver: &str,
+    class: Option<&str>,
+    annotations: serde_json::Value,
+) -> String {
+    let pv = unique("pv");
+    let pvcs = Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace);
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": pvc, "annotations": annotations},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                 "storageClassName": class.unwrap_or(""), "volumeName": pv},
+    }))
+    .unwrap();
+    let claim = pvcs.create(&PostParams::default(), &claim).await.unwrap();
+    create_pv(client, &pv, driver, namespace, pvc, claim.metadata.uid.as_deref()).await;
+    set_phase(client, namespace, pvc, &pv, "Bound").await;
+    pv
+}
+
+/// A CSI PV claimed by `namespace/pvc`.
+pub async fn create_pv(client: &kube::Client, pv: &str, driver: &str, namespace: &str, pvc: &str, uid: Option<&str>) {
+    let volume: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": pv},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "csi": {"driver": driver, "volumeHandle": format!("handle-{pv}")},
+            "claimRef": {"namespace": namespace, "name": pvc, "uid": uid},
+        },
+    }))
+    .unwrap();
+    Api::<PersistentVolume>::all(client.clone()).create(&PostParams::default(), &volume).await.unwrap();
+}
+
+/// Writes the PV's and the PVC's `status.phase`, as the PV binder would.
+pub async fn set_phase(client: &kube::Client, namespace: &str, pvc: &str, pv: &str, phase: &str) {
+    let patch = json!({"status": {"phase": phase}});
+    Api::<PersistentVolume>::all(client.clone())
+        .patch_status(pv, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace)
+        .patch_status(pvc, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// An attached VolumeAttachment of `pv` on `node`, as the attacher would leave it.
+pub async fn attach(client: &kube::Client, pv: &str, node: &str, driver: &str) {
+    let name = unique("va");
+    let attachment: VolumeAttachment = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"attacher": driver, "nodeName": node, "source": {"persistentVolumeName": pv}},
+    }))
+    .unwrap();
+    let api = Api::<VolumeAttachment>::all(client.clone());
+    api.create(&PostParams::default(), &attachment).await.unwrap();
+    let patch = json!({"status": {"attached": true}});
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+}
+
+/// Creates a job of `kind` (`ReclaimSpaceJob`, `EncryptionKeyRotationJob`) with `spec`.
+pub async fn create_job(client: &kube::Client, namespace: &str, kind: &str, name: &str, spec: serde_json::Value) {
+    let api = dynamic(client, namespace, kind);
+    let object: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "csiaddons.openshift.io/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &object).await.unwrap();
+}
+
+/// The namespaced Api of a csiaddons.openshift.io/v1alpha1 kind.
+pub fn dynamic(client: &kube::Client, namespace: &str, kind: &str) -> Api<kube::api::DynamicObject> {
+    let gvk = kube::api::GroupVersionKind::gvk("csiaddons.openshift.io", "v1alpha1", kind);
+    let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, &format!("{}s", kind.to_lowercase()));
+    Api::namespaced_with(client.clone(), namespace, &resource)
+}
+
+/// The job's status once it has a result (2 min at most; the panic carries the manager's log).
+pub async fn job_result(manager: &Manager, api: &Api<kube::api::DynamicObject>, name: &str) -> serde_json::Value {
+    for _ in 0..600 {
+        if let Some(job) = api.get_opt(name).await.unwrap()
+            && let Some(status) = job.data.get("status")
+            && status.get("result").is_some()
+        {
+            return status.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let job = api.get_opt(name).await.unwrap();
+    panic!("job {name} has no result: {job:?}\nmanager log:\n{}", manager.log());
+}

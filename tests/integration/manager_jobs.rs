@@ -1,0 +1,226 @@
+//! ReclaimSpaceJob and EncryptionKeyRotationJob end to end: the real manager process, the real
+//! sidecar process, and a recording CSI-Addons driver that counts every call.
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, ListParams};
+use serde_json::json;
+
+use crate::manager_harness::{Manager, attach, bound_pvc, create_job, dynamic, job_result, set_phase};
+use crate::recording_driver::RecordingDriver;
+use crate::sidecar_harness::{Serving, SidecarProcess, Workload, sidecar_pod};
+
+const NODE: &str = "node-a";
+
+/// A namespace, a driver advertising `capabilities`, and the manager (auth off on both sides).
+struct Stage {
+    client: kube::Client,
+    namespace: String,
+    driver_name: String,
+    driver: RecordingDriver,
+    manager: Manager,
+    controller: bool,
+}
+
+impl Stage {
+    async fn new(prefix: &str, capabilities: &[&str]) -> Self {
+        let cp = testenv::shared();
+        let client = cp.client().await.unwrap();
+        let namespace = cp.namespace(&client, prefix).await.unwrap();
+        let driver_name = format!("{prefix}.csi-addons-rs.io");
+        let driver = RecordingDriver::start(&driver_name, true, false);
+        driver.advertise(capabilities);
+        let manager = Manager::start(&namespace, cp.kubeconfig_path(), &["--enable-auth=false"]);
+        let controller = capabilities.contains(&"service.CONTROLLER_SERVICE");
+        Stage { client, namespace, driver_name, driver, manager, controller }
+    }
+
+    /// Starts the node's sidecar and waits until the manager has connected to it.
+    async fn sidecar(&self) -> SidecarProcess {
+        let pod = sidecar_pod(&self.client, &self.namespace, NODE, Workload::DaemonSet, "plugin").await;
+        let sidecar = SidecarProcess::start(&pod, NODE, &self.driver.endpoint(), Serving::Plain, &[]);
+        // Only a sidecar of a driver with a controller service competes for the driver's Lease.
+        if self.controller {
+            sidecar.wait_leader(true).await;
+        } else {
+            sidecar.wait_ready().await;
+        }
+        let nodes = dynamic(&self.client, &self.namespace, "CSIAddonsNode");
+        self.manager
+            .eventually("the CSIAddonsNode to be Connected", async |_| {
+                let list = nodes.list(&ListParams::default()).await.unwrap();
+                list.items.iter().any(|n| n.data.pointer("/status/state") == Some(&json!("Connected")))
+            })
+            .await;
+        sidecar
+    }
+
+    fn jobs(&self, kind: &str) -> Api<kube::api::DynamicObject> {
+        dynamic(&self.client, &self.namespace, kind)
+    }
+
+    async fn job(&self, kind: &str, name: &str, spec: serde_json::Value) -> serde_json::Value {
+        create_job(&self.client, &self.namespace, kind, name, spec).await;
+        job_result(&self.manager, &self.jobs(kind), name).await
+    }
+
+    async fn warning(&self, object: &str, reason: &str) -> Option<String> {
+        let events = Api::<Event>::namespaced(self.client.clone(), &self.namespace);
+        let list = events.list(&ListParams::default()).await.unwrap();
+        list.items
+            .into_iter()
+            .find(|e| {
+                e.involved_object.name.as_deref() == Some(object)
+                    && e.reason.as_deref() == Some(reason)
+                    && e.type_.as_deref() == Some("Warning")
+            })
+            .and_then(|e| e.message)
+    }
+}
+
+fn target(pvc: &str) -> serde_json::Value {
+    json!({"target": {"persistentVolumeClaim": pvc}})
+}
+
+#[tokio::test]
+async fn reclaim_space_runs_on_the_attached_node_then_the_controller_and_sums_what_was_freed() {
+    let stage =
+        Stage::new("rsj-route", &["service.CONTROLLER_SERVICE", "reclaim_space.ONLINE", "reclaim_space.OFFLINE"]).await;
+    let _sidecar = stage.sidecar().await;
+    let attached = bound_pvc(&stage.client, &stage.namespace, "attached", &stage.driver_name, None, json!({})).await;
+    attach(&stage.client, &attached, NODE, &stage.driver_name).await;
+    bound_pvc(&stage.client, &stage.namespace, "detached", &stage.driver_name, None, json!({})).await;
+
+    let status = stage.job("ReclaimSpaceJob", "on-attached", target("attached")).await;
+    assert_eq!(status["result"], "Succeeded", "{status}");
+    assert_eq!(status["message"], "Reclaim Space operation successfully completed.");
+    // Node 1000 → 900 and controller 100 → 40: pre − post summed.
+    assert_eq!(status["reclaimedSpace"], "160", "{status}");
+    assert!(status["startTime"].is_string() && status["completionTime"].is_string(), "{status}");
+    assert_eq!((stage.driver.count("node_reclaim_space"), stage.driver.count("controller_reclaim_space")), (1, 1));
+
+    let status = stage.job("ReclaimSpaceJob", "on-detached", target("detached")).await;
+    assert_eq!(status["result"], "Succeeded", "{status}");
+    assert_eq!(status["reclaimedSpace"], "60", "{status}");
+    assert_eq!(
+        (stage.driver.count("node_reclaim_space"), stage.driver.count("controller_reclaim_space")),
+        (1, 2),
+        "an unattached volume gets only the controller-side call"
+    );
+
+    let metrics = stage.manager.metrics_text().await;
+    for series in [
+        "csi_addons_operations_total{kind=\"ReclaimSpaceJob\",result=\"Succeeded\"} 2",
+        "csi_addons_reclaimed_bytes_total 220",
+        "controller_runtime_reconcile_total{controller=\"reclaimspacejob\",result=\"success\"}",
+        "controller_runtime_reconcile_time_seconds_count{controller=\"reclaimspacejob\"}",
+        "controller_runtime_active_workers{controller=\"reclaimspacejob\"} 0",
+        "workqueue_depth{controller=\"reclaimspacejob\",name=\"reclaimspacejob\"} 0",
+        "csi_addons_sidecar_connections{state=\"connected\"} 1",
+        "csi_addons_sidecar_rpc_duration_seconds_count{code=\"Ok\",method=\"ReclaimSpace/NodeReclaimSpace\"} 1",
+        "leader_election_master_status{name=\"e8cd140a.openshift.io\"} 1",
+    ] {
+        assert!(metrics.contains(series), "{series} missing from /metrics:\n{metrics}");
+    }
+}
+
+#[tokio::test]
+async fn a_node_only_driver_reclaims_without_a_controller_side() {
+    let stage = Stage::new("rsj-node-only", &["service.NODE_SERVICE", "reclaim_space.ONLINE"]).await;
+    let _sidecar = stage.sidecar().await;
+    let pv = bound_pvc(&stage.client, &stage.namespace, "data", &stage.driver_name, None, json!({})).await;
+    attach(&stage.client, &pv, NODE, &stage.driver_name).await;
+    let status = stage.job("ReclaimSpaceJob", "node-only", target("data")).await;
+    assert_eq!(status["result"], "Succeeded", "{status}");
+    assert_eq!(status["reclaimedSpace"], "100");
+    assert_eq!((stage.driver.count("node_reclaim_space"), stage.driver.count("controller_reclaim_space")), (1, 0));
+}
+
+#[tokio::test]
+async fn a_job_waits_for_a_sidecar_that_registers_seconds_later() {
+    let stage = Stage::new("rsj-late", &["service.NODE_SERVICE", "reclaim_space.ONLINE"]).await;
+    let pv = bound_pvc(&stage.client, &stage.namespace, "data", &stage.driver_name, None, json!({})).await;
+    attach(&stage.client, &pv, NODE, &stage.driver_name).await;
+    create_job(&stage.client, &stage.namespace, "ReclaimSpaceJob", "early", target("data")).await;
+    // Upstream spends all six retries in about 0.3 s; ours wait 5 s, 10 s, …
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let _sidecar = stage.sidecar().await;
+    let status = job_result(&stage.manager, &stage.jobs("ReclaimSpaceJob"), "early").await;
+    assert_eq!(status["result"], "Succeeded", "{status}");
+    assert!(status["retries"].as_i64().unwrap() >= 1, "{status}");
+    assert_eq!(stage.driver.count("node_reclaim_space"), 1);
+}
+
+#[tokio::test]
+async fn failed_jobs_say_why_deadline_back_off_limit_and_not_csi() {
+    let stage = Stage::new("rsj-fail", &["service.CONTROLLER_SERVICE", "reclaim_space.OFFLINE"]).await;
+    let _sidecar = stage.sidecar().await;
+
+    let mut spec = target("missing");
+    spec["retryDeadlineSeconds"] = json!(3);
+    let status = stage.job("ReclaimSpaceJob", "deadline", spec).await;
+    assert_eq!(status["result"], "Failed", "{status}");
+    let message = status["message"].as_str().unwrap();
+    assert!(message.contains("Time limit reached") && message.contains("retryDeadlineSeconds (3 s)"), "{message}");
+
+    let mut spec = target("missing");
+    spec["backOffLimit"] = json!(1);
+    let status = stage.job("ReclaimSpaceJob", "back-off", spec).await;
+    assert_eq!(status["result"], "Failed", "{status}");
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.contains("backOffLimit is 1") && message.contains("PVC") && message.contains("missing"),
+        "{message}"
+    );
+    assert_eq!(status["retries"], 2, "the first try and one retry");
+    assert!(stage.warning("back-off", "Failed").await.is_some(), "no Warning event for the failed job");
+
+    // A PV that is not CSI cannot be reclaimed: Failed at once, no retries.
+    let pv_name = crate::support::unique("nfs-pv");
+    let pv = serde_json::from_value(json!({
+        "metadata": {"name": pv_name},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "nfs": {"server": "nfs.example", "path": "/x"}},
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(stage.client.clone())
+        .create(&Default::default(), &pv)
+        .await
+        .unwrap();
+    let claim = serde_json::from_value(json!({
+        "metadata": {"name": "nfs"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                 "storageClassName": "", "volumeName": pv_name},
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(stage.client.clone(), &stage.namespace)
+        .create(&Default::default(), &claim)
+        .await
+        .unwrap();
+    set_phase(&stage.client, &stage.namespace, "nfs", &pv_name, "Bound").await;
+    let status = stage.job("ReclaimSpaceJob", "not-csi", target("nfs")).await;
+    assert_eq!(status["result"], "Failed", "{status}");
+    assert!(status["message"].as_str().unwrap().contains("is not a CSI volume"), "{status}");
+    assert_eq!(status["retries"], 0, "{status}");
+}
+
+#[tokio::test]
+async fn key_rotation_runs_where_the_volume_is_attached_and_unimplemented_is_a_failure() {
+    let stage = Stage::new("ekr", &["service.NODE_SERVICE", "encryption_key_rotation.ENCRYPTIONKEYROTATION"]).await;
+    let _sidecar = stage.sidecar().await;
+    let pv = bound_pvc(&stage.client, &stage.namespace, "secret-data", &stage.driver_name, None, json!({})).await;
+    attach(&stage.client, &pv, NODE, &stage.driver_name).await;
+    let status = stage.job("EncryptionKeyRotationJob", "rotate", target("secret-data")).await;
+    assert_eq!(status["result"], "Succeeded", "{status}");
+    assert_eq!(status["message"], "Key rotation operation successfully completed.");
+    assert_eq!(stage.driver.count("encryption_key_rotate"), 1);
+
+    stage.driver.fail("encryption_key_rotate", tonic::Status::unimplemented("no KMS here"));
+    let status = stage.job("EncryptionKeyRotationJob", "unimplemented", target("secret-data")).await;
+    assert_eq!(status["result"], "Failed", "{status}");
+    let message = status["message"].as_str().unwrap();
+    assert!(message.contains("does not implement EncryptionKeyRotate") && message.contains("not rotated"), "{message}");
+    assert_eq!(stage.driver.count("encryption_key_rotate"), 2, "UNIMPLEMENTED is not retried");
+    let event = stage.warning("unimplemented", "Failed").await.expect("a Warning event");
+    assert!(event.contains("does not implement"), "{event}");
+}
