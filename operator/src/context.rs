@@ -1,7 +1,7 @@
 //! What every reconciler shares: the client, the sidecar pool, the settings in force, metrics,
 //! events, and the small helpers of the "write status" step (server-side apply with one field
 //! manager, conditions that keep their transition time).
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -45,6 +45,43 @@ pub struct Context {
     pub job_failures: Mutex<HashMap<String, (u32, i64)>>,
     /// `--watch-namespace`: namespaced kinds are watched here only.
     pub watch_namespace: Option<String>,
+    /// Which controllers' caches have synced (readiness waits for all while leading).
+    pub caches: CacheSync,
+}
+
+/// Controller name → whether its watch cache has synced.
+#[derive(Clone, Default)]
+pub struct CacheSync(Arc<Mutex<BTreeMap<&'static str, bool>>>);
+
+impl CacheSync {
+    fn with<T>(&self, f: impl FnOnce(&mut BTreeMap<&'static str, bool>) -> T) -> T {
+        f(&mut self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// Marks `name` unsynced, then synced once `store` has its first full list.
+    pub fn follow<K>(&self, name: &'static str, store: kube::runtime::reflector::Store<K>)
+    where
+        K: kube::Resource + Clone + Send + Sync + 'static,
+        K::DynamicType: std::hash::Hash + Eq + Clone + Send + Sync,
+    {
+        self.with(|m| m.insert(name, false));
+        let caches = self.clone();
+        tokio::spawn(async move {
+            if store.wait_until_ready().await.is_ok() {
+                caches.with(|m| m.insert(name, true));
+            }
+        });
+    }
+
+    /// Forgets every controller (they stopped: this manager stands by).
+    pub fn clear(&self) {
+        self.with(BTreeMap::clear);
+    }
+
+    /// Controllers whose cache has not synced yet.
+    pub fn unsynced(&self) -> Vec<&'static str> {
+        self.with(|m| m.iter().filter(|(_, synced)| !**synced).map(|(name, _)| *name).collect())
+    }
 }
 
 impl Context {
@@ -55,6 +92,7 @@ impl Context {
         metrics: Metrics,
         instance: Option<String>,
         watch_namespace: Option<String>,
+        caches: CacheSync,
     ) -> Self {
         let recorder = Recorder::new(client.clone(), Reporter { controller: FIELD_MANAGER.into(), instance });
         Context {
@@ -66,6 +104,7 @@ impl Context {
             recorder,
             job_failures: Mutex::new(HashMap::new()),
             watch_namespace,
+            caches,
         }
     }
 

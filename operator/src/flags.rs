@@ -157,6 +157,10 @@ pub struct ManagerCli {
     /// when unset): for a manager per tenant, and for tests sharing one API server.
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
+    /// Directory with `tls.crt` and `tls.key` for HTTPS metrics (re-read when they change);
+    /// without it a self-signed certificate is made and renewed in time.
+    #[arg(long, env = "METRICS_CERT_DIR")]
+    pub metrics_cert_dir: Option<String>,
 }
 
 impl ManagerCli {

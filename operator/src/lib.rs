@@ -14,6 +14,7 @@ pub mod manager;
 pub mod metrics;
 pub mod pool;
 pub mod schedule;
+pub mod secure_metrics;
 pub mod sidecar_client;
 pub mod volume_health;
 

@@ -15,9 +15,10 @@ use prometheus::IntGaugeVec;
 use tokio::sync::watch;
 
 use crate::config::{CONFIG_MAP, ConfigError, Settings};
-use crate::context::Context;
+use crate::context::{CacheSync, Context};
 use crate::flags::ManagerCli;
 use crate::metrics::Metrics;
+use crate::secure_metrics::{MetricsAuth, TlsListener, authorize};
 use crate::sidecar_client::{ClientError, Security};
 
 /// upstream's Lease ID, so one of ours and one of upstream's never lead together.
@@ -46,6 +47,8 @@ pub enum ManagerError {
     },
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error("metrics TLS: {0}")]
+    MetricsTls(#[from] server_tls::TlsError),
     #[error("the sidecar client: {0}")]
     Sidecar(#[from] ClientError),
     #[error("starting the async runtime: {0}")]
@@ -88,17 +91,21 @@ async fn serve_metrics(State(probes): State<Probes>) -> String {
     probes.metrics.render()
 }
 
-/// Keeps readiness current: ready while the API server serves the CSI-Addons kinds.
+/// Keeps readiness current: ready while the API server serves the CSI-Addons kinds and, while
+/// this manager leads, once every controller's cache has synced (a standby is ready too).
 async fn watch_readiness(
     client: kube::Client,
+    caches: CacheSync,
     ready: watch::Sender<Result<(), String>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let nodes = Api::<CSIAddonsNode>::all(client);
     loop {
+        let unsynced = caches.unsynced();
         let state = match nodes.list_metadata(&ListParams::default().limit(1)).await {
-            Ok(_) => Ok(()),
             Err(e) => Err(format!("the API server does not serve CSIAddonsNodes: {e}")),
+            Ok(_) if !unsynced.is_empty() => Err(format!("caches not synced yet: {}", unsynced.join(", "))),
+            Ok(_) => Ok(()),
         };
         ready.send_if_modified(|current| {
             let changed = *current != state;
@@ -112,7 +119,28 @@ async fn watch_readiness(
     }
 }
 
-async fn serve(listener: tokio::net::TcpListener, router: Router, mut stop: watch::Receiver<bool>) {
+/// The metrics server's TLS: `--metrics-cert-dir`'s files or a self-signed certificate; HTTP/2
+/// only with `--enable-http2` (as upstream, against HTTP/2 rapid-reset attacks).
+fn metrics_tls(cli: &ManagerCli) -> Result<Arc<rustls::ServerConfig>, ManagerError> {
+    let source = match cli.metrics_cert_dir.as_deref().filter(|d| !d.is_empty()) {
+        Some(dir) => server_tls::CertSource::Files {
+            cert: std::path::Path::new(dir).join("tls.crt"),
+            key: std::path::Path::new(dir).join("tls.key"),
+        },
+        None => server_tls::CertSource::SelfSigned,
+    };
+    let config = server_tls::server_config(&source, &server_tls::TlsSettings::default())?;
+    let mut config = (*config).clone();
+    config.alpn_protocols =
+        if cli.enable_http2 { vec![b"h2".to_vec(), b"http/1.1".to_vec()] } else { vec![b"http/1.1".to_vec()] };
+    Ok(Arc::new(config))
+}
+
+async fn serve<L>(listener: L, router: Router, mut stop: watch::Receiver<bool>)
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
     let shutdown = async move {
         let _ = stop.wait_for(|s| *s).await;
     };
@@ -257,20 +285,24 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
         .with_state(probes.clone());
     tasks.spawn(serve(listener, router, stop.clone()));
     if cli.metrics_bind_address != "0" {
-        if cli.metrics_secure {
-            tracing::warn!("secure metrics are not implemented yet; serving plain HTTP");
-        }
         let address = listen_address(&cli.metrics_bind_address);
         let listener = tokio::net::TcpListener::bind(&address)
             .await
             .map_err(|source| ManagerError::Listen { address: address.clone(), source })?;
-        tasks.spawn(serve(
-            listener,
-            Router::new().route("/metrics", get(serve_metrics)).with_state(probes),
-            stop.clone(),
-        ));
+        let router = Router::new().route("/metrics", get(serve_metrics)).with_state(probes);
+        if cli.metrics_secure {
+            let config = metrics_tls(&cli)?;
+            let listener = TlsListener::new(listener, config)
+                .map_err(|source| ManagerError::Listen { address: address.clone(), source })?;
+            let auth = MetricsAuth::new(client.clone());
+            let router = router.layer(axum::middleware::from_fn_with_state(auth, authorize));
+            tasks.spawn(serve(listener, router, stop.clone()));
+        } else {
+            tasks.spawn(serve(listener, router, stop.clone()));
+        }
     }
-    tasks.spawn(watch_readiness(client.clone(), ready_tx, stop.clone()));
+    let caches = CacheSync::default();
+    tasks.spawn(watch_readiness(client.clone(), caches.clone(), ready_tx, stop.clone()));
 
     // A ConfigMap with a bad value stops the start, as upstream; an unreachable API server is
     // waited for (and /readyz says so meanwhile).
@@ -302,6 +334,7 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
         metrics,
         Some(identity.clone()),
         cli.watch_namespace.clone().filter(|n| !n.is_empty()),
+        caches,
     ));
     tasks.spawn(crate::config_watch::follow(
         client.clone(),

@@ -16,7 +16,6 @@ pub mod registration;
 pub mod resolve;
 pub mod run;
 pub mod server;
-pub mod tls;
 
 pub use flags::SidecarCli;
 

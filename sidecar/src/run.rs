@@ -12,8 +12,8 @@ use crate::guard::{Authenticator, GuardLayer};
 use crate::metrics::Metrics;
 use crate::registration::{self, Identity};
 use crate::server::{Backend, Leadership};
-use crate::tls::{CertSource, TlsSettings};
-use crate::{SidecarCli, http, leader, tls};
+use crate::{SidecarCli, http, leader};
+use server_tls::{CertSource, TlsSettings};
 
 /// How long calls in flight may take to finish once a shutdown begins.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -38,7 +38,7 @@ pub enum SidecarError {
         source: tonic::transport::Error,
     },
     #[error(transparent)]
-    Tls(#[from] tls::TlsError),
+    Tls(#[from] server_tls::TlsError),
     #[error("listening on {address}: {source}")]
     Listen {
         address: String,
@@ -120,7 +120,7 @@ pub async fn run(cli: SidecarCli) -> Result<(), SidecarError> {
                  it; give --tls-cert-file and --tls-key-file to serve a certificate it can"
             );
         }
-        Some(tls::server_config(&source, &settings)?)
+        Some(server_tls::server_config(&source, &settings)?)
     } else {
         tracing::warn!("--enable-auth=false: serving plain TCP without authentication");
         None

@@ -33,10 +33,13 @@ impl Manager {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("manager.log");
         let mut command = Command::new(workspace_binary("csi-addons-manager"));
+        // Plain-HTTP metrics unless the test is about the secure ones.
+        if !extra.iter().any(|a| a.contains("metrics-secure")) {
+            command.arg("-metrics-secure=false");
+        }
         command
             .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
             .arg(format!("-metrics-bind-address=127.0.0.1:{metrics}"))
-            .arg("-metrics-secure=false")
             .arg(format!("--namespace={namespace}"))
             .arg(format!("--watch-namespace={namespace}"))
             .args(["--leader-election-lease-duration=4s", "--leader-election-renew-deadline=3s"])
@@ -176,4 +179,33 @@ pub async fn job_result(manager: &Manager, api: &Api<kube::api::DynamicObject>, 
     }
     let job = api.get_opt(name).await.unwrap();
     panic!("job {name} has no result: {job:?}\nmanager log:\n{}", manager.log());
+}
+
+/// GET `path` over HTTPS from 127.0.0.1:`port`, trusting `ca_pem`, with an optional bearer token.
+pub async fn https_get(port: u16, path: &str, ca_pem: &str, token: Option<&str>) -> Option<(u16, String)> {
+    use rustls::pki_types::pem::PemObject;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut stream = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)).connect(name, tcp).await.ok()?;
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = Vec::new();
+    // A peer closing without close_notify still delivered the response.
+    let _ = stream.read_to_end(&mut response).await;
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Some((code, body))
 }

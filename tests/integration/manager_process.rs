@@ -122,3 +122,56 @@ async fn config_map_changes_apply_live_and_bad_values_are_refused_with_an_event(
     config_maps.delete("csi-addons-config", &Default::default()).await.unwrap();
     manager.eventually("the flag's value again", async |m| workers(m).await == Some(7)).await;
 }
+
+#[tokio::test]
+async fn secure_metrics_need_a_token_allowed_to_get_them() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+
+    use crate::manager_harness::https_get;
+    use crate::sidecar_harness::TestPki;
+
+    let cp = testenv::shared();
+    let client = cp.client().await.unwrap();
+    let namespace = cp.namespace(&client, "manager-secure").await.unwrap();
+    let pki = TestPki::new();
+    let cert_dir = format!("--metrics-cert-dir={}", pki.cert.parent().unwrap().display());
+    let manager = Manager::start(&namespace, cp.kubeconfig_path(), &["--metrics-secure", &cert_dir]);
+
+    let role_name = crate::support::unique("metrics-reader");
+    let role: ClusterRole = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": role_name},
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+    }))
+    .unwrap();
+    Api::<ClusterRole>::all(client.clone()).create(&PostParams::default(), &role).await.unwrap();
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": role_name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": namespace}],
+    }))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(client.clone()).create(&PostParams::default(), &binding).await.unwrap();
+    let scraper = cp.token(&client, &namespace, "prometheus").await.unwrap();
+    let stranger = cp.token(&client, &namespace, "stranger").await.unwrap();
+
+    manager
+        .eventually("metrics for the allowed ServiceAccount", async |m| {
+            matches!(https_get(m.metrics, "/metrics", &pki.ca_pem, Some(&scraper)).await,
+                Some((200, body)) if body.contains("leader_election_master_status"))
+        })
+        .await;
+    let (code, body) = https_get(manager.metrics, "/metrics", &pki.ca_pem, Some(&stranger)).await.unwrap();
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("stranger") && body.contains("/metrics"), "{body}");
+    let (code, _) = https_get(manager.metrics, "/metrics", &pki.ca_pem, None).await.unwrap();
+    assert_eq!(code, 401);
+    let (code, _) = https_get(manager.metrics, "/metrics", &pki.ca_pem, Some("not-a-token")).await.unwrap();
+    assert_eq!(code, 401);
+    assert_eq!(
+        http_get(manager.metrics, "/metrics").await.map(|(c, _)| c),
+        None,
+        "plain HTTP answered on the HTTPS port"
+    );
+    Api::<ClusterRoleBinding>::all(client.clone()).delete(&role_name, &Default::default()).await.unwrap();
+    Api::<ClusterRole>::all(client.clone()).delete(&role_name, &Default::default()).await.unwrap();
+}

@@ -122,7 +122,9 @@ pub async fn run<C: CronKind>(ctx: Arc<Context>, stop: impl Future<Output = ()> 
         .default_backoff()
         .reflect(writer)
         .touched_objects();
-    let stream = Controller::new(ctx.watched::<C>(), watcher::Config::default().any_semantic())
+    let controller = Controller::new(ctx.watched::<C>(), watcher::Config::default().any_semantic());
+    ctx.caches.follow(C::CONTROLLER, controller.store());
+    let stream = controller
         .owns_stream(child_events)
         .with_config(kube::runtime::Config::default().concurrency(0))
         .graceful_shutdown_on(stop)

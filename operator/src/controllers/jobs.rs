@@ -92,10 +92,10 @@ fn status_of<K: Serialize>(job: &K) -> JobStatus {
 pub async fn run<K: JobKind>(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let workers = super::workers(&ctx, K::CONTROLLER);
     let api = ctx.watched::<K>();
-    let stream = Controller::new(api, watcher::Config::default().any_semantic())
-        .with_config(kube::runtime::Config::default().concurrency(0))
-        .graceful_shutdown_on(stop)
-        .run(
+    let controller = Controller::new(api, watcher::Config::default().any_semantic());
+    ctx.caches.follow(K::CONTROLLER, controller.store());
+    let stream =
+        controller.with_config(kube::runtime::Config::default().concurrency(0)).graceful_shutdown_on(stop).run(
             move |job, ctx| {
                 let workers = workers.clone();
                 async move { workers.run(reconcile(job, ctx)).await }

@@ -50,4 +50,5 @@ pub async fn run_all(ctx: Arc<Context>, volume_health_cleanup: bool, stop: watch
     tasks.spawn(pvc::run(ctx.clone(), stopped(stop.clone())));
     tasks.spawn(volume_health::run(ctx.clone(), volume_health_cleanup, stop.clone()));
     while tasks.join_next().await.is_some() {}
+    ctx.caches.clear();
 }

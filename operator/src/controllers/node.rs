@@ -79,10 +79,10 @@ pub fn validate(node: &CSIAddonsNode) -> Result<Target, String> {
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let workers = super::workers(&ctx, NAME);
     let api = ctx.watched::<CSIAddonsNode>();
-    let stream = Controller::new(api, watcher::Config::default().any_semantic())
-        .with_config(kube::runtime::Config::default().concurrency(0))
-        .graceful_shutdown_on(stop)
-        .run(
+    let controller = Controller::new(api, watcher::Config::default().any_semantic());
+    ctx.caches.follow(NAME, controller.store());
+    let stream =
+        controller.with_config(kube::runtime::Config::default().concurrency(0)).graceful_shutdown_on(stop).run(
             move |node, ctx| {
                 let workers = workers.clone();
                 async move { workers.run(reconcile(node, ctx)).await }

@@ -164,6 +164,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         }
     });
     let (in_namespace, of_class) = (pvcs.clone(), pvcs.clone());
+    ctx.caches.follow(NAME, pvcs.clone());
     let stream = Controller::for_stream(pvc_stream, pvcs)
         .owns_stream(rs_stream)
         .owns_stream(kr_stream)

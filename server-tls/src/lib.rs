@@ -1,6 +1,10 @@
-//! TLS for the server the controller calls: a certificate from files (cert-manager or any mounted
-//! Secret), re-read when the files change, or upstream's self-signed one made at start; and
-//! upstream's `--tls-min-version`, `--tls-cipher-suites` and `--tls-curve-preferences`.
+//! TLS for our servers (the sidecar's gRPC server, the manager's metrics): a certificate from
+//! files (cert-manager or any mounted Secret), re-read when the files change, or a self-signed one
+//! made at start and renewed in time; and Go's `--tls-min-version`, `--tls-cipher-suites` and
+//! `--tls-curve-preferences`.
+
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
