@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: all build test bench-sidecar test-peers lint manifests check-manifests control-plane protos demo fmt clippy help
+.PHONY: all build test bench-sidecar bench-manager test-peers lint manifests check-manifests control-plane protos demo fmt clippy help
 
 all: build
 
@@ -23,6 +23,13 @@ bench-sidecar: control-plane ## Print our sidecar's RSS next to upstream's v0.14
 	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" UPSTREAM_SIDECAR="$$(hack/upstream-binaries.sh sidecar)" \
 	CSI_ADDONS_SIDECAR="$$PWD/target/sidecar/csi-addons-sidecar" \
 	$(CARGO) test --locked -p integration-tests --test integration bench_sidecar -- --ignored --nocapture
+
+bench-manager: control-plane ## Annotation fan-out (N=1,000 and 10,000 PVCs): our manager next to upstream's v0.14.0 (builds upstream's once)
+	$(CARGO) build --release --locked -p operator --bin csi-addons-manager
+	$(CARGO) build --workspace --bins --locked
+	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" UPSTREAM_MANAGER="$$(hack/upstream-binaries.sh manager)" \
+	CSI_ADDONS_MANAGER="$$PWD/target/release/csi-addons-manager" \
+	$(CARGO) test --locked -p integration-tests --test integration bench_manager -- --ignored --nocapture
 
 manifests: ## Regenerate config/crd/bases from the Rust types
 	$(CARGO) run -q --locked -p api --bin crdgen -- --dir config/crd/bases

@@ -2,6 +2,7 @@
 //! control plane for the whole binary; every test works in its own namespace.
 
 mod admission;
+mod bench_manager;
 mod bench_sidecar;
 mod crds;
 mod deploy_manifests;

@@ -42,6 +42,7 @@ const INTENDED: &[(&str, &str, &str)] = &[
     ),
     // Upstream marks these required *and* defaulted; the API server defaults before it validates,
     // so both behave the same. Ours keep a serde default so decoding never fails on them.
+    ("CSIAddonsNode", ".status.retries", "failed connection attempts as a number (upstream: text in status.reason)"),
     ("NetworkFence", ".spec.fenceState", "defaulted to Fenced; not listed as required"),
     ("VolumeReplication", ".spec.autoResync", "defaulted to false; not listed as required"),
     ("VolumeGroupReplication", ".spec.autoResync", "defaulted to false; not listed as required"),
