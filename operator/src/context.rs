@@ -237,8 +237,10 @@ impl Workers {
         self.metrics.max_concurrent.with_label_values(&[self.name]).set(i64::try_from(size).unwrap_or(i64::MAX));
     }
 
-    /// Runs one reconcile pass within the limit, recording controller-runtime's series.
-    pub async fn run<F>(&self, pass: F) -> Result<Action, ReconcileError>
+    /// Runs one reconcile pass within the limit, recording controller-runtime's series. The pass
+    /// is made only once a worker is free, and boxed: thousands of objects waiting for a worker
+    /// then cost a few hundred bytes each, not the size of a whole reconcile's state.
+    pub async fn run<F>(&self, make: impl FnOnce() -> F) -> Result<Action, ReconcileError>
     where
         F: Future<Output = Result<Action, ReconcileError>>,
     {
@@ -250,7 +252,7 @@ impl Workers {
         let active = self.metrics.active_workers.with_label_values(&[self.name]);
         active.inc();
         let started = Instant::now();
-        let result = pass.await;
+        let result = Box::pin(make()).await;
         active.dec();
         drop(permit);
         self.metrics.reconcile_time.with_label_values(&[self.name]).observe(started.elapsed().as_secs_f64());

@@ -33,8 +33,10 @@ pub fn run(cli: ManagerCli) -> anyhow::Result<()> {
     } else {
         builder.init();
     }
+    // One thread: the manager waits on the network; a single thread keeps one allocator arena and
+    // no cross-thread hand-offs (memory is what a cluster-wide controller costs its users).
     let runtime =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(manager::ManagerError::Runtime)?;
+        tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(manager::ManagerError::Runtime)?;
     Ok(runtime.block_on(manager::run(cli))?)
 }
 

@@ -31,6 +31,8 @@ const READY_CHECK: Duration = Duration::from_secs(2);
 pub enum ManagerError {
     #[error("no cluster access (in-cluster config or KUBECONFIG): {0}")]
     Kube(#[source] kube::Error),
+    #[error("no cluster access (in-cluster config or KUBECONFIG): {0}")]
+    KubeConfig(String),
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("reading ConfigMap {namespace}/{CONFIG_MAP}: {source}")]
@@ -53,6 +55,18 @@ pub enum ManagerError {
     Sidecar(#[from] ClientError),
     #[error("starting the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
+}
+
+/// API requests in flight at once. kube's client speaks HTTP/1.1, one connection per request in
+/// flight: unbounded, a burst of reconciles opens hundreds of TLS connections and their buffers.
+/// Watches hold a slot only until their response starts.
+const API_IN_FLIGHT: usize = 16;
+
+/// The Kubernetes client (in-cluster config or KUBECONFIG), with requests in flight bounded.
+async fn api_client() -> Result<kube::Client, ManagerError> {
+    let config = kube::Config::infer().await.map_err(|e| ManagerError::KubeConfig(e.to_string()))?;
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(ManagerError::Kube)?;
+    Ok(builder.with_layer(&tower::limit::ConcurrencyLimitLayer::new(API_IN_FLIGHT)).build())
 }
 
 /// Go's `:8081` means every interface.
@@ -256,7 +270,7 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
     if cli.enable_admission_webhooks {
         tracing::warn!("--enable-admission-webhooks is deprecated and has no effect");
     }
-    let client = kube::Client::try_default().await.map_err(ManagerError::Kube)?;
+    let client = api_client().await?;
     let security = if cli.enable_auth {
         if cli.sidecar_ca_file.is_none() {
             tracing::warn!("no --sidecar-ca-file: sidecar certificates are not verified (upstream's behaviour)");

@@ -209,3 +209,62 @@ pub async fn https_get(port: u16, path: &str, ca_pem: &str, token: Option<&str>)
     let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
     Some((code, body))
 }
+
+/// A kubeconfig for the manager's own identity: ServiceAccount `csi-addons-controller-manager` in
+/// `namespace`, bound to config/rbac's ClusterRole (cluster-wide) and leader-election Role (in
+/// `namespace`) as shipped — so a test passing with it shows that RBAC is enough.
+pub struct ManagerIdentity {
+    dir: tempfile::TempDir,
+}
+
+impl ManagerIdentity {
+    pub async fn new(client: &kube::Client, namespace: &str) -> Self {
+        use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+        let cp = testenv::shared();
+        let read = |file: &str| -> serde_json::Value {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/rbac").join(file);
+            serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+        };
+        let account = "csi-addons-controller-manager";
+        let subject = json!([{"kind": "ServiceAccount", "name": account, "namespace": namespace}]);
+        let role_name = unique("csi-addons-manager-role");
+        let mut role = read("role.yaml");
+        role["metadata"]["name"] = json!(role_name);
+        let role: ClusterRole = serde_json::from_value(role).unwrap();
+        Api::<ClusterRole>::all(client.clone()).create(&PostParams::default(), &role).await.unwrap();
+        let binding: ClusterRoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": role_name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+            "subjects": subject,
+        }))
+        .unwrap();
+        Api::<ClusterRoleBinding>::all(client.clone()).create(&PostParams::default(), &binding).await.unwrap();
+        let election: Role = serde_json::from_value(read("leader_election_role.yaml")).unwrap();
+        Api::<Role>::namespaced(client.clone(), namespace).create(&PostParams::default(), &election).await.unwrap();
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": "leader-election"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "leader-election-role"},
+            "subjects": subject,
+        }))
+        .unwrap();
+        Api::<RoleBinding>::namespaced(client.clone(), namespace)
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap();
+        let token = cp.token(client, namespace, account).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = json!({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "test", "cluster": {"server": cp.server_url(), "certificate-authority": cp.ca_cert_path()}}],
+            "users": [{"name": account, "user": {"token": token}}],
+            "contexts": [{"name": "manager", "context": {"cluster": "test", "user": account}}],
+            "current-context": "manager",
+        });
+        std::fs::write(dir.path().join("kubeconfig"), serde_json::to_string(&kubeconfig).unwrap()).unwrap();
+        ManagerIdentity { dir }
+    }
+
+    pub fn kubeconfig(&self) -> std::path::PathBuf {
+        self.dir.path().join("kubeconfig")
+    }
+}

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams};
 use serde_json::json;
 
-use crate::manager_harness::{Manager, attach, bound_pvc, create_job, dynamic, job_result, set_phase};
+use crate::manager_harness::{Manager, ManagerIdentity, attach, bound_pvc, create_job, dynamic, job_result, set_phase};
 use crate::recording_driver::RecordingDriver;
 use crate::sidecar_harness::{Serving, SidecarProcess, Workload, sidecar_pod};
 
@@ -19,6 +19,7 @@ struct Stage {
     driver_name: String,
     driver: RecordingDriver,
     manager: Manager,
+    _identity: ManagerIdentity,
     controller: bool,
 }
 
@@ -30,9 +31,11 @@ impl Stage {
         let driver_name = format!("{prefix}.csi-addons-rs.io");
         let driver = RecordingDriver::start(&driver_name, true, false);
         driver.advertise(capabilities);
-        let manager = Manager::start(&namespace, cp.kubeconfig_path(), &["--enable-auth=false"]);
+        // The manager runs as its own ServiceAccount with config/rbac's roles: they are enough.
+        let identity = ManagerIdentity::new(&client, &namespace).await;
+        let manager = Manager::start(&namespace, &identity.kubeconfig(), &["--enable-auth=false"]);
         let controller = capabilities.contains(&"service.CONTROLLER_SERVICE");
-        Stage { client, namespace, driver_name, driver, manager, controller }
+        Stage { client, namespace, driver_name, driver, manager, _identity: identity, controller }
     }
 
     /// Starts the node's sidecar and waits until the manager has connected to it.

@@ -175,3 +175,20 @@ async fn secure_metrics_need_a_token_allowed_to_get_them() {
     Api::<ClusterRoleBinding>::all(client.clone()).delete(&role_name, &Default::default()).await.unwrap();
     Api::<ClusterRole>::all(client.clone()).delete(&role_name, &Default::default()).await.unwrap();
 }
+
+#[test]
+fn the_managers_roles_grant_no_secrets_and_no_wildcards() {
+    for file in ["role.yaml", "leader_election_role.yaml"] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/rbac").join(file);
+        let role: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let rules = role["rules"].as_array().unwrap();
+        assert!(!rules.is_empty(), "{file} has no rules");
+        for rule in rules {
+            for field in ["apiGroups", "resources", "verbs"] {
+                let values: Vec<&str> = rule[field].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+                assert!(!values.contains(&"*"), "{file}: a wildcard in {field}: {rule}");
+                assert!(!values.iter().any(|v| v.starts_with("secrets")), "{file} grants Secrets: {rule}");
+            }
+        }
+    }
+}

@@ -8,7 +8,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use crate::manager_harness::{Manager, attach, bound_pvc, create_pv, dynamic, set_phase};
+use crate::manager_harness::{Manager, ManagerIdentity, attach, bound_pvc, create_pv, dynamic, set_phase};
 use crate::recording_driver::RecordingDriver;
 use crate::sidecar_harness::{Serving, SidecarProcess, Workload, sidecar_pod};
 use crate::support::unique;
@@ -21,6 +21,7 @@ struct Stage {
     driver_name: String,
     driver: RecordingDriver,
     manager: Manager,
+    _identity: ManagerIdentity,
     _sidecar: SidecarProcess,
 }
 
@@ -36,7 +37,9 @@ impl Stage {
             "reclaim_space.OFFLINE",
             "encryption_key_rotation.ENCRYPTIONKEYROTATION",
         ]);
-        let manager = Manager::start(&namespace, cp.kubeconfig_path(), &["--enable-auth=false"]);
+        // The manager runs as its own ServiceAccount with config/rbac's roles: they are enough.
+        let identity = ManagerIdentity::new(&client, &namespace).await;
+        let manager = Manager::start(&namespace, &identity.kubeconfig(), &["--enable-auth=false"]);
         let pod = sidecar_pod(&client, &namespace, NODE, Workload::DaemonSet, "plugin").await;
         let sidecar = SidecarProcess::start(&pod, NODE, &driver.endpoint(), Serving::Plain, &[]);
         sidecar.wait_leader(true).await;
@@ -47,7 +50,7 @@ impl Stage {
                 list.items.iter().any(|n| n.data.pointer("/status/state") == Some(&json!("Connected")))
             })
             .await;
-        Stage { client, namespace, driver_name, driver, manager, _sidecar: sidecar }
+        Stage { client, namespace, driver_name, driver, manager, _identity: identity, _sidecar: sidecar }
     }
 
     fn api(&self, kind: &str) -> Api<DynamicObject> {

@@ -120,18 +120,19 @@ pub async fn run<C: CronKind>(ctx: Arc<Context>, stop: impl Future<Output = ()> 
     let (children, writer) = reflector::store::<C::Job>();
     let child_events = watcher(ctx.watched::<C::Job>(), watcher::Config::default().any_semantic())
         .default_backoff()
+        .modify(|job| job.meta_mut().managed_fields = None)
         .reflect(writer)
         .touched_objects();
-    let controller = Controller::new(ctx.watched::<C>(), watcher::Config::default().any_semantic());
-    ctx.caches.follow(C::CONTROLLER, controller.store());
-    let stream = controller
+    let (store, changes) = super::trimmed_watch(ctx.watched::<C>());
+    ctx.caches.follow(C::CONTROLLER, store.clone());
+    let stream = Controller::for_stream(changes, store)
         .owns_stream(child_events)
         .with_config(kube::runtime::Config::default().concurrency(0))
         .graceful_shutdown_on(stop)
         .run(
             move |cron, ctx| {
                 let (workers, children) = (workers.clone(), children.clone());
-                async move { workers.run(reconcile::<C>(cron, ctx, children)).await }
+                async move { workers.run(|| reconcile::<C>(cron, ctx, children)).await }
             },
             super::error_policy,
             ctx,

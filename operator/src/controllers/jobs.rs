@@ -12,7 +12,6 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
-use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -91,14 +90,15 @@ fn status_of<K: Serialize>(job: &K) -> JobStatus {
 
 pub async fn run<K: JobKind>(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let workers = super::workers(&ctx, K::CONTROLLER);
-    let api = ctx.watched::<K>();
-    let controller = Controller::new(api, watcher::Config::default().any_semantic());
-    ctx.caches.follow(K::CONTROLLER, controller.store());
-    let stream =
-        controller.with_config(kube::runtime::Config::default().concurrency(0)).graceful_shutdown_on(stop).run(
+    let (store, changes) = super::trimmed_watch(ctx.watched::<K>());
+    ctx.caches.follow(K::CONTROLLER, store.clone());
+    let stream = Controller::for_stream(changes, store)
+        .with_config(kube::runtime::Config::default().concurrency(0))
+        .graceful_shutdown_on(stop)
+        .run(
             move |job, ctx| {
                 let workers = workers.clone();
-                async move { workers.run(reconcile(job, ctx)).await }
+                async move { workers.run(|| reconcile(job, ctx)).await }
             },
             super::error_policy,
             ctx,

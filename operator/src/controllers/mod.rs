@@ -5,6 +5,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use crate::context::{Context, ReconcileError, Workers, follow_worker_setting};
@@ -29,6 +33,23 @@ pub fn workers(ctx: &Context, name: &'static str) -> Arc<Workers> {
     let workers = Workers::new(name, ctx.settings().max_concurrent_reconciles, ctx.metrics.clone());
     follow_worker_setting(workers.clone(), ctx.settings.clone());
     workers
+}
+
+/// A watch of `api` cached without managedFields (most of an object's bytes, never read here):
+/// the store and the stream of changed objects a controller is driven by.
+pub fn trimmed_watch<K>(
+    api: Api<K>,
+) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .modify(|object| object.meta_mut().managed_fields = None)
+        .reflect(writer)
+        .applied_objects();
+    (store, stream)
 }
 
 /// Drains a controller's result stream (results are already recorded by `Workers::run`).

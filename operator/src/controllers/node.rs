@@ -13,7 +13,6 @@ use futures::Future;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
-use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -78,14 +77,15 @@ pub fn validate(node: &CSIAddonsNode) -> Result<Target, String> {
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let workers = super::workers(&ctx, NAME);
-    let api = ctx.watched::<CSIAddonsNode>();
-    let controller = Controller::new(api, watcher::Config::default().any_semantic());
-    ctx.caches.follow(NAME, controller.store());
-    let stream =
-        controller.with_config(kube::runtime::Config::default().concurrency(0)).graceful_shutdown_on(stop).run(
+    let (store, changes) = super::trimmed_watch(ctx.watched::<CSIAddonsNode>());
+    ctx.caches.follow(NAME, store.clone());
+    let stream = Controller::for_stream(changes, store)
+        .with_config(kube::runtime::Config::default().concurrency(0))
+        .graceful_shutdown_on(stop)
+        .run(
             move |node, ctx| {
                 let workers = workers.clone();
-                async move { workers.run(reconcile(node, ctx)).await }
+                async move { workers.run(|| reconcile(node, ctx)).await }
             },
             super::error_policy,
             ctx,

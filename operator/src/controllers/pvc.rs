@@ -23,7 +23,7 @@ use kube::runtime::{Controller, PredicateConfig, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use crate::annotations::{Child, Desired, Feature, MANAGED, STATE, Sources, desired, plan_children};
+use crate::annotations::{Child, Desired, Feature, MANAGED, STATE, Sources, child_name, desired, plan_children};
 use crate::context::{Context, ReconcileError};
 use crate::controllers::job_kinds::{KEY_ROTATION, RECLAIM_OFFLINE, RECLAIM_ONLINE};
 use crate::flags::SchedulePrecedence;
@@ -192,7 +192,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         .run(
             move |pvc, ctx| {
                 let (workers, caches) = (workers.clone(), caches.clone());
-                async move { workers.run(reconcile(pvc, ctx, caches)).await }
+                async move { workers.run(|| reconcile(pvc, ctx, caches)).await }
             },
             super::error_policy,
             ctx,
@@ -291,14 +291,23 @@ async fn children(
         meta.namespace.as_deref() == Some(namespace.as_str())
             && meta.owner_references.iter().flatten().any(|o| o.uid == uid && o.controller == Some(true))
     };
-    let names: Vec<String> = match feature {
+    // Ours have a deterministic name; upstream's default mode named its child in the PVC's
+    // `…/cronjob` annotation. Looked up by name: no scan of every cron job per pass.
+    let mut candidates = vec![child_name(&pvc.name_any(), feature)];
+    if let Some(named) = pvc.annotations().get(&feature.cronjob_key())
+        && !candidates.contains(named)
+    {
+        candidates.push(named.clone());
+    }
+    let cached = |name: &str| match feature {
         Feature::ReclaimSpace => {
-            caches.reclaim_children.state().iter().filter(|c| owned(&c.metadata)).map(|c| c.name_any()).collect()
+            caches.reclaim_children.get(&ObjectRef::new(name).within(&namespace)).is_some_and(|c| owned(&c.metadata))
         }
         Feature::KeyRotation => {
-            caches.rotation_children.state().iter().filter(|c| owned(&c.metadata)).map(|c| c.name_any()).collect()
+            caches.rotation_children.get(&ObjectRef::new(name).within(&namespace)).is_some_and(|c| owned(&c.metadata))
         }
     };
+    let names: Vec<String> = candidates.into_iter().filter(|name| cached(name)).collect();
     let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &resource(feature));
     let mut children = Vec::new();
     for name in names {
@@ -359,7 +368,7 @@ async fn act(
     }
     for name in &plan.delete {
         match api.delete(name, &DeleteParams::background()).await {
-            Ok(_) => ctx.event(pvc, false, "CronJobDeleted", format!("deleted {} {name}", resource.kind)).await,
+            Ok(_) => tracing::debug!(pvc = %pvc.name_any(), cron_job = %name, "managed cron job deleted"),
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => return Err(e.into()),
         }
@@ -367,16 +376,15 @@ async fn act(
     if let Some((name, schedule)) = &plan.update {
         let patch = json!({"spec": {"schedule": schedule}});
         api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
-        ctx.event(pvc, false, "CronJobUpdated", format!("{} {name} now runs at {schedule:?}", resource.kind)).await;
+        tracing::debug!(pvc = %pvc.name_any(), cron_job = %name, %schedule, "managed cron job updated");
     }
     if let Some((name, schedule)) = &plan.create {
         let object: DynamicObject = serde_json::from_value(cron_job(pvc, feature, name, schedule))
             .map_err(|e| ReconcileError::Transient(format!("building {name}: {e}")))?;
         match api.create(&PostParams::default(), &object).await {
-            Ok(_) => {
-                ctx.event(pvc, false, "CronJobCreated", format!("created {} {name} at {schedule:?}", resource.kind))
-                    .await;
-            }
+            // No event per PVC: at ten thousand PVCs that is ten thousand Events; the cron job's
+            // own existence is what the user sees.
+            Ok(_) => tracing::debug!(pvc = %pvc.name_any(), cron_job = %name, %schedule, "managed cron job created"),
             // Created by an earlier pass whose cache had not caught up.
             Err(kube::Error::Api(s)) if s.code == 409 => {}
             Err(e) => return Err(e.into()),
