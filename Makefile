@@ -25,10 +25,10 @@ bench-sidecar: control-plane ## Print our sidecar's RSS next to upstream's v0.14
 	$(CARGO) test --locked -p integration-tests --test integration bench_sidecar -- --ignored --nocapture
 
 bench-manager: control-plane ## Annotation fan-out (N=1,000 and 10,000 PVCs): our manager next to upstream's v0.14.0 (builds upstream's once)
-	$(CARGO) build --release --locked -p operator --bin csi-addons-manager
+	$(CARGO) build --profile manager --locked -p operator --bin csi-addons-manager
 	$(CARGO) build --workspace --bins --locked
 	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" UPSTREAM_MANAGER="$$(hack/upstream-binaries.sh manager)" \
-	CSI_ADDONS_MANAGER="$$PWD/target/release/csi-addons-manager" \
+	CSI_ADDONS_MANAGER="$$PWD/target/manager/csi-addons-manager" \
 	$(CARGO) test --locked -p integration-tests --test integration bench_manager -- --ignored --nocapture
 
 manifests: ## Regenerate config/crd/bases from the Rust types

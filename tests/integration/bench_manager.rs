@@ -57,6 +57,8 @@ struct Figures {
     seconds: f64,
     peak_mib: f64,
     idle_mib: f64,
+    anon_mib: f64,
+    file_mib: f64,
     cpu: f64,
 }
 
@@ -170,6 +172,8 @@ async fn measure(
         seconds,
         peak_mib: mib(status_kib(pid, "VmHWM")),
         idle_mib: mib(status_kib(pid, "VmRSS")),
+        anon_mib: mib(status_kib(pid, "RssAnon")),
+        file_mib: mib(status_kib(pid, "RssFile")),
         cpu: cpu_seconds(pid),
     };
     testenv::process::stop(&mut manager, Duration::from_secs(10));
@@ -213,6 +217,8 @@ async fn bench_manager_annotation_fan_out() {
             ("every cron job (s)", ours.seconds, theirs.seconds),
             ("peak RSS (MiB)", ours.peak_mib, theirs.peak_mib),
             ("RSS idle after (MiB)", ours.idle_mib, theirs.idle_mib),
+            ("  of which anonymous", ours.anon_mib, theirs.anon_mib),
+            ("  of which file-backed", ours.file_mib, theirs.file_mib),
             ("CPU (s)", ours.cpu, theirs.cpu),
         ] {
             println!("  {what:<28} {a:>10.1} {b:>10.1} {:>7.1}%", 100.0 * a / b.max(f64::MIN_POSITIVE));
