@@ -253,12 +253,23 @@ async fn lead(
             found = leading.wait_for(|l| *l) => if found.is_err() { return },
             _ = stopping.wait_for(|s| *s) => return,
         }
-        tracing::info!("leading: starting the reconcilers");
+        let workers = ctx.settings().max_concurrent_reconciles;
+        tracing::info!(workers, "leading: starting the reconcilers");
         let (child_tx, child) = watch::channel(false);
         let running = tokio::spawn(crate::controllers::run_all(ctx.clone(), volume_health_cleanup, child));
+        let mut settings = ctx.settings.clone();
         tokio::select! {
             _ = leading.wait_for(|l| !*l) => tracing::info!("no longer leading: stopping the reconcilers"),
             _ = stopping.wait_for(|s| *s) => {}
+            // Running reconciles finish; new work gets the new number of workers.
+            () = async {
+                // Settings that can no longer change never restart anything.
+                if settings.wait_for(|s| s.max_concurrent_reconciles != workers).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            } => {
+                tracing::info!("max-concurrent-reconciles changed: restarting the reconcilers");
+            }
         }
         child_tx.send_replace(true);
         let _ = running.await;

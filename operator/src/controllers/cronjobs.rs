@@ -21,7 +21,7 @@ use serde_json::json;
 
 use super::jobs::JobKind;
 use crate::context::{Context, ReconcileError, now_seconds};
-use crate::cronjob::{Child, CronAction, CronInput, Outcome, decide, stagger_offset};
+use crate::cronjob::{Child, CronAction, CronInput, CronStatus, Outcome, decide, stagger_offset};
 use crate::schedule::Schedule;
 
 /// The nominal run time of a job made by a cron job (RFC 3339).
@@ -47,6 +47,8 @@ pub trait CronKind:
     /// (successful, failed) history limits.
     fn history_limits(&self) -> (i32, i32);
     fn last_schedule(&self) -> Option<i64>;
+    /// The status as written: (lastScheduleTime, lastSuccessfulTime, active job's name).
+    fn reported(&self) -> CronStatus;
     /// A child job named `name` from the template (metadata other than annotations and labels is
     /// set by the caller).
     fn job(&self, name: &str) -> Self::Job;
@@ -92,6 +94,14 @@ macro_rules! cron_kind {
             fn last_schedule(&self) -> Option<i64> {
                 seconds(self.status.as_ref().and_then(|s| s.last_schedule_time.as_ref()))
             }
+            fn reported(&self) -> CronStatus {
+                let status = self.status.as_ref();
+                CronStatus {
+                    last_schedule: self.last_schedule(),
+                    last_successful: seconds(status.and_then(|s| s.last_successful_time.as_ref())),
+                    active: status.and_then(|s| s.active.as_ref()).and_then(|a| a.name.clone()),
+                }
+            }
             fn job(&self, name: &str) -> $job {
                 let template = &self.spec.job_template;
                 let metadata = template_metadata(template.metadata.as_ref());
@@ -118,7 +128,7 @@ cron_kind!(EncryptionKeyRotationCronJob, EncryptionKeyRotationJob, "encryptionke
 pub async fn run<C: CronKind>(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let workers = super::workers(&ctx, C::CONTROLLER);
     let (children, writer) = reflector::store::<C::Job>();
-    let child_events = watcher(ctx.watched::<C::Job>(), watcher::Config::default().any_semantic())
+    let child_events = watcher(ctx.watched::<C::Job>(), super::list_config())
         .default_backoff()
         .modify(|job| job.meta_mut().managed_fields = None)
         .reflect(writer)
@@ -127,7 +137,7 @@ pub async fn run<C: CronKind>(ctx: Arc<Context>, stop: impl Future<Output = ()> 
     ctx.caches.follow(C::CONTROLLER, store.clone());
     let stream = Controller::for_stream(changes, store)
         .owns_stream(child_events)
-        .with_config(kube::runtime::Config::default().concurrency(0))
+        .with_config(super::controller_config(&ctx))
         .graceful_shutdown_on(stop)
         .run(
             move |cron, ctx| {
@@ -234,7 +244,10 @@ async fn reconcile<C: CronKind>(
             "namespace": namespace,
         });
     }
-    ctx.apply_status(cron.as_ref(), status).await?;
+    // Unchanged status is not written again (ten thousand idle cron jobs, ten thousand writes).
+    if cron.reported() != decision.status {
+        ctx.apply_status(cron.as_ref(), status).await?;
+    }
     Ok(match decision.requeue_after {
         Some(after) => Action::requeue(Duration::from_secs(after.max(1).unsigned_abs())),
         None => Action::await_change(),

@@ -93,7 +93,7 @@ pub async fn run<K: JobKind>(ctx: Arc<Context>, stop: impl Future<Output = ()> +
     let (store, changes) = super::trimmed_watch(ctx.watched::<K>());
     ctx.caches.follow(K::CONTROLLER, store.clone());
     let stream = Controller::for_stream(changes, store)
-        .with_config(kube::runtime::Config::default().concurrency(0))
+        .with_config(super::controller_config(&ctx))
         .graceful_shutdown_on(stop)
         .run(
             move |job, ctx| {

@@ -35,6 +35,20 @@ pub fn workers(ctx: &Context, name: &'static str) -> Arc<Workers> {
     workers
 }
 
+/// kube's own limit of reconciles at once, from `max-concurrent-reconciles` when the controllers
+/// start (a change restarts them). Objects beyond it wait in kube's queue as a small entry; an
+/// unlimited queue of waiting reconciles would make each pass of kube's scheduler scan them all.
+pub fn controller_config(ctx: &Context) -> kube::runtime::Config {
+    let workers = ctx.settings().max_concurrent_reconciles;
+    kube::runtime::Config::default().concurrency(u16::try_from(workers).unwrap_or(u16::MAX).max(1))
+}
+
+/// How every watch lists: from the API server's cache, in pages of 100 (a page is decoded whole
+/// before its objects are trimmed; small pages keep that transient peak small).
+pub fn list_config() -> watcher::Config {
+    watcher::Config::default().any_semantic().page_size(100)
+}
+
 /// A watch of `api` cached without managedFields (most of an object's bytes, never read here):
 /// the store and the stream of changed objects a controller is driven by.
 pub fn trimmed_watch<K>(
@@ -44,7 +58,7 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream = watcher(api, watcher::Config::default().any_semantic())
+    let stream = watcher(api, list_config())
         .default_backoff()
         .modify(|object| object.meta_mut().managed_fields = None)
         .reflect(writer)

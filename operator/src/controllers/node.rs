@@ -80,7 +80,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     let (store, changes) = super::trimmed_watch(ctx.watched::<CSIAddonsNode>());
     ctx.caches.follow(NAME, store.clone());
     let stream = Controller::for_stream(changes, store)
-        .with_config(kube::runtime::Config::default().concurrency(0))
+        .with_config(super::controller_config(&ctx))
         .graceful_shutdown_on(stop)
         .run(
             move |node, ctx| {

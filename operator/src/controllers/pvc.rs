@@ -99,7 +99,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     let workers = super::workers(&ctx, NAME);
     let client = ctx.client.clone();
     let keys = relevant_keys();
-    let config = watcher::Config::default().any_semantic();
+    let config = super::list_config();
 
     let (pvcs, pvc_writer) = reflector::store::<PersistentVolumeClaim>();
     let pvc_keys = keys.clone();
@@ -187,7 +187,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
                 .collect::<Vec<_>>()
         })
         .reconcile_all_on(precedence_changes)
-        .with_config(kube::runtime::Config::default().concurrency(0))
+        .with_config(super::controller_config(&ctx))
         .graceful_shutdown_on(stop)
         .run(
             move |pvc, ctx| {
