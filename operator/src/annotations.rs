@@ -37,7 +37,8 @@ impl Feature {
         format!("{}/enable", self.prefix())
     }
 
-    /// The PVC annotation naming the child (written for upstream's tools).
+    /// The PVC annotation in which upstream's default mode names the child it made (read, so those
+    /// children are adopted; we name ours deterministically and write nothing on the PVC).
     pub fn cronjob_key(self) -> String {
         format!("{}/cronjob", self.prefix())
     }

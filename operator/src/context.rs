@@ -1,7 +1,7 @@
 //! What every reconciler shares: the client, the sidecar pool, the settings in force, metrics,
 //! events, and the small helpers of the "write status" step (server-side apply with one field
 //! manager, conditions that keep their transition time).
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -43,6 +43,12 @@ pub struct Context {
     /// Failed attempts of jobs without a result yet: UID → (failures, when the last one failed).
     /// In memory only: after a restart a job retries at once, then backs off again.
     pub job_failures: Mutex<HashMap<String, (u32, i64)>>,
+    /// Jobs this manager finished whose result the watch cache may not show yet: a pass on the
+    /// stale copy must not run the operation again.
+    pub finished_jobs: Mutex<HashSet<String>>,
+    /// CSIAddonsNode UID → when its next connection attempt is due (seconds): our own status
+    /// write triggers a pass at once, which must not cut the backoff short.
+    pub node_retry_at: Mutex<HashMap<String, i64>>,
     /// `--watch-namespace`: namespaced kinds are watched here only.
     pub watch_namespace: Option<String>,
     /// Which controllers' caches have synced (readiness waits for all while leading).
@@ -103,6 +109,8 @@ impl Context {
             metrics,
             recorder,
             job_failures: Mutex::new(HashMap::new()),
+            finished_jobs: Mutex::new(HashSet::new()),
+            node_retry_at: Mutex::new(HashMap::new()),
             watch_namespace,
             caches,
         }
@@ -270,14 +278,27 @@ impl Workers {
     }
 }
 
-/// Keeps `workers` sized to `max-concurrent-reconciles` until the settings go away.
-pub fn follow_worker_setting(workers: Arc<Workers>, mut settings: watch::Receiver<Settings>) {
+/// Keeps `workers` sized to `max-concurrent-reconciles` while they are in use (the task ends
+/// within a minute of the controller stopping).
+pub fn follow_worker_setting(workers: &Arc<Workers>, mut settings: watch::Receiver<Settings>) {
+    let workers = Arc::downgrade(workers);
     tokio::spawn(async move {
-        while settings.changed().await.is_ok() {
-            let size = settings.borrow_and_update().max_concurrent_reconciles;
-            workers.resize(size);
+        loop {
+            let changed = tokio::time::timeout(std::time::Duration::from_secs(60), settings.changed()).await;
+            let Some(workers) = workers.upgrade() else { return };
+            match changed {
+                Ok(Ok(())) => workers.resize(settings.borrow_and_update().max_concurrent_reconciles),
+                Ok(Err(_)) => return,
+                Err(_) => {}
+            }
         }
     });
+}
+
+/// The locked value, even if a panic elsewhere poisoned the lock (the maps stay consistent:
+/// every update is a single insert or remove).
+pub fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

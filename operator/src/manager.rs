@@ -272,7 +272,13 @@ async fn lead(
             }
         }
         child_tx.send_replace(true);
-        let _ = running.await;
+        // Reconciles in flight get a moment to finish; then they are cut off, so they never
+        // overlap a new leader's calls to the same sidecars.
+        let mut running = running;
+        if tokio::time::timeout(Duration::from_secs(5), &mut running).await.is_err() {
+            running.abort();
+            let _ = running.await;
+        }
     }
 }
 

@@ -130,12 +130,20 @@ impl Pool {
         self.connections.read().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Adds or replaces the connection under its key.
+    /// Adds or replaces the connection under its key; an entry of the same CSIAddonsNode under
+    /// another key (its sidecar Pod was replaced) goes, so lookups never find the dead one.
     pub fn put(&self, connection: Connection) -> Arc<Connection> {
         let connection = Arc::new(connection);
         let mut map = self.connections.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.retain(|_, c| c.namespace != connection.namespace || c.name != connection.name);
         map.insert(connection.key(), connection.clone());
         connection
+    }
+
+    /// Removes the connection of CSIAddonsNode `namespace/name`, whatever its key.
+    pub fn remove_node(&self, namespace: &str, name: &str) {
+        let mut map = self.connections.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.retain(|_, c| c.namespace != namespace || c.name != name);
     }
 
     pub fn remove(&self, key: &str) -> Option<Arc<Connection>> {

@@ -21,6 +21,10 @@ use tokio::sync::mpsc;
 /// How long a review's answer is reused.
 const REVIEW_TTL: Duration = Duration::from_secs(60);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Reviews in flight at once, and verdicts remembered: callers with ever-new tokens cannot
+/// crowd out the controllers' API requests nor grow the cache without bound.
+const REVIEWS_IN_FLIGHT: usize = 2;
+const VERDICTS_KEPT: usize = 1024;
 
 /// A review's answer: allowed, or the status and message to refuse with.
 type Verdict = Result<(), (StatusCode, String)>;
@@ -30,6 +34,7 @@ type Verdict = Result<(), (StatusCode, String)>;
 pub struct MetricsAuth {
     client: kube::Client,
     cache: Arc<Mutex<VerdictCache>>,
+    reviews: Arc<tokio::sync::Semaphore>,
 }
 
 /// SHA-256 of a token → its verdict and when it was reached.
@@ -37,7 +42,7 @@ type VerdictCache = HashMap<[u8; 32], (Verdict, Instant)>;
 
 impl MetricsAuth {
     pub fn new(client: kube::Client) -> Self {
-        MetricsAuth { client, cache: Arc::default() }
+        MetricsAuth { client, cache: Arc::default(), reviews: Arc::new(tokio::sync::Semaphore::new(REVIEWS_IN_FLIGHT)) }
     }
 
     async fn review(&self, token: &str) -> Verdict {
@@ -94,11 +99,17 @@ impl MetricsAuth {
         {
             return answer.clone();
         }
-        let answer = self.review(token).await;
+        let answer = match self.reviews.acquire().await {
+            Ok(_permit) => self.review(token).await,
+            Err(_) => Err((StatusCode::SERVICE_UNAVAILABLE, "shutting down".to_owned())),
+        };
         // Server errors are not cached: the next scrape asks again.
         if answer.as_ref().err().is_none_or(|(code, _)| *code != StatusCode::INTERNAL_SERVER_ERROR) {
             let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             cache.retain(|_, (_, at)| at.elapsed() < REVIEW_TTL);
+            if cache.len() >= VERDICTS_KEPT {
+                cache.clear();
+            }
             cache.insert(key, (answer.clone(), Instant::now()));
         }
         answer

@@ -227,3 +227,37 @@ async fn key_rotation_runs_where_the_volume_is_attached_and_unimplemented_is_a_f
     let event = stage.warning("unimplemented", "Failed").await.expect("a Warning event");
     assert!(event.contains("does not implement"), "{event}");
 }
+
+#[tokio::test]
+async fn an_unreachable_sidecar_is_retried_with_growing_waits_then_its_node_object_is_deleted() {
+    let stage = Stage::new("node-retry", &["service.NODE_SERVICE"]).await;
+    let nodes = stage.jobs("CSIAddonsNode");
+    let dead = crate::sidecar_harness::free_port();
+    let node: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "csiaddons.openshift.io/v1alpha1", "kind": "CSIAddonsNode",
+        "metadata": {"name": "gone"},
+        "spec": {"driver": {"name": stage.driver_name, "endpoint": format!("127.0.0.1:{dead}"), "nodeID": NODE}},
+    }))
+    .unwrap();
+    nodes.create(&Default::default(), &node).await.unwrap();
+    let retries = async || {
+        let node = nodes.get_opt("gone").await.unwrap()?;
+        node.data.pointer("/status/retries").and_then(serde_json::Value::as_i64)
+    };
+    stage.manager.eventually("a first failed attempt", async |_| retries().await.is_some()).await;
+    let status = nodes.get("gone").await.unwrap().data["status"].clone();
+    assert_eq!(status["state"], "Retrying", "{status}");
+    assert!(status["message"].as_str().unwrap().contains("Retrying attempt 1/3"), "{status}");
+    // 2 s, then 4 s, then 8 s between attempts: three seconds in, at most the second has run.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let so_far = retries().await;
+    assert!(matches!(so_far, Some(1 | 2)), "the backoff was cut short: retries {so_far:?}");
+    stage
+        .manager
+        .eventually("the CSIAddonsNode deleted after 3 retries", async |_| {
+            nodes.get_opt("gone").await.unwrap().is_none()
+        })
+        .await;
+    let event = stage.warning("gone", "ConnectionFailed").await.expect("a Warning event");
+    assert!(event.contains("Connection failed 4 times") && event.contains(&dead.to_string()), "{event}");
+}

@@ -168,6 +168,8 @@ async fn reconcile<C: CronKind>(
     if cron.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
+    // An empty children cache would read as "no running job" and start one under Forbid.
+    store.wait_until_ready().await.map_err(|e| ReconcileError::Transient(format!("the job cache stopped: {e}")))?;
     let namespace = cron.namespace().unwrap_or_default();
     let uid = cron.uid().unwrap_or_default();
     let schedule = match Schedule::parse(cron.schedule()) {
@@ -203,7 +205,9 @@ async fn reconcile<C: CronKind>(
         now,
         children: &children,
     };
-    let decision = decide(&input);
+    let mut decision = decide(&input);
+    // The children that succeeded may all be pruned (a history limit of 0): keep what was reported.
+    decision.status.last_successful = decision.status.last_successful.max(cron.reported().last_successful);
 
     let jobs = Api::<C::Job>::namespaced(ctx.client.clone(), &namespace);
     let background = DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..Default::default() };

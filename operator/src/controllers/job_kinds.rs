@@ -42,6 +42,10 @@ impl JobKind for ReclaimSpaceJob {
         self.spec.timeout
     }
 
+    fn default_timeout(settings: &crate::config::Settings) -> Duration {
+        settings.reclaim_space_timeout
+    }
+
     async fn attempt(ctx: &Context, volume: &Volume, timeout: Duration) -> Result<Done, AttemptError> {
         let node = volume.attached_to.as_deref().and_then(|n| ctx.pool.on_node(&volume.driver, n, RECLAIM_ONLINE).ok());
         let leader = match ctx.pool.leader(&ctx.client, &volume.driver).await {
@@ -105,6 +109,11 @@ impl JobKind for EncryptionKeyRotationJob {
 
     fn timeout(&self) -> Option<i64> {
         self.spec.timeout
+    }
+
+    /// Upstream's fixed default for key rotation (reclaim-space-timeout is about reclaim space).
+    fn default_timeout(_settings: &crate::config::Settings) -> Duration {
+        Duration::from_secs(180)
     }
 
     async fn attempt(ctx: &Context, volume: &Volume, timeout: Duration) -> Result<Done, AttemptError> {

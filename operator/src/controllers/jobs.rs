@@ -12,12 +12,13 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::context::{Context, ReconcileError, condition, now_seconds, set_condition};
+use crate::context::{Context, ReconcileError, condition, locked, now_seconds, set_condition};
 use crate::job::{Limits, Step, next_step};
 
 /// The volume a job acts on.
@@ -61,6 +62,8 @@ pub trait JobKind:
     fn limits(&self) -> Limits;
     /// `spec.timeout` in seconds.
     fn timeout(&self) -> Option<i64>;
+    /// The timeout when the spec gives none.
+    fn default_timeout(settings: &crate::config::Settings) -> Duration;
     /// One attempt of the operation.
     fn attempt(
         ctx: &Context,
@@ -92,6 +95,7 @@ pub async fn run<K: JobKind>(ctx: Arc<Context>, stop: impl Future<Output = ()> +
     let workers = super::workers(&ctx, K::CONTROLLER);
     let (store, changes) = super::trimmed_watch(ctx.watched::<K>());
     ctx.caches.follow(K::CONTROLLER, store.clone());
+    prune_memory(&ctx, store.clone());
     let stream = Controller::for_stream(changes, store)
         .with_config(super::controller_config(&ctx))
         .graceful_shutdown_on(stop)
@@ -107,7 +111,22 @@ pub async fn run<K: JobKind>(ctx: Arc<Context>, stop: impl Future<Output = ()> +
 }
 
 fn forget(ctx: &Context, uid: &str) {
-    ctx.job_failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(uid);
+    locked(&ctx.job_failures).remove(uid);
+}
+
+/// Drops what is remembered about jobs that no longer exist (deleted before they finished:
+/// pruned, replaced, garbage-collected), every few minutes while the controller runs.
+fn prune_memory<K: JobKind>(ctx: &Arc<Context>, store: Store<K>) {
+    let ctx = Arc::downgrade(ctx);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(300)).await;
+            let Some(ctx) = ctx.upgrade() else { return };
+            let live: std::collections::HashSet<String> = store.state().iter().filter_map(|j| j.uid()).collect();
+            locked(&ctx.job_failures).retain(|uid, _| live.contains(uid));
+            locked(&ctx.finished_jobs).retain(|uid| live.contains(uid));
+        }
+    });
 }
 
 async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
@@ -115,6 +134,11 @@ async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<Context>) -> Result<Action,
     let status = status_of(job.as_ref());
     if job.meta().deletion_timestamp.is_some() || status.result.is_some() {
         forget(&ctx, &uid);
+        locked(&ctx.finished_jobs).remove(&uid);
+        return Ok(Action::await_change());
+    }
+    // Finished by us, and this copy predates the result: never run the operation again.
+    if locked(&ctx.finished_jobs).contains(&uid) {
         return Ok(Action::await_change());
     }
     let now = now_seconds();
@@ -125,7 +149,7 @@ async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<Context>) -> Result<Action,
     }
     let limits = job.limits();
     let created = job.meta().creation_timestamp.as_ref().map_or(now, |t| t.0.as_second());
-    let remembered = ctx.job_failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&uid).copied();
+    let remembered = locked(&ctx.job_failures).get(&uid).copied();
     let (failures, last_failure) = match remembered {
         Some((failures, at)) => (failures, Some(at)),
         // After a restart: the count from status, and retry now.
@@ -142,7 +166,7 @@ async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<Context>) -> Result<Action,
     let timeout = job
         .timeout()
         .filter(|t| *t > 0)
-        .map_or(ctx.settings().reclaim_space_timeout, |t| Duration::from_secs(t.unsigned_abs()));
+        .map_or_else(|| K::default_timeout(&ctx.settings()), |t| Duration::from_secs(t.unsigned_abs()));
     let outcome = match volume(&ctx, job.as_ref()).await {
         Ok(volume) => K::attempt(&ctx, &volume, timeout).await,
         Err(e) => Err(e),
@@ -153,7 +177,7 @@ async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<Context>) -> Result<Action,
         Err(AttemptError::Transient(message)) => {
             let failures = failures + 1;
             let now = now_seconds();
-            ctx.job_failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(uid, (failures, now));
+            locked(&ctx.job_failures).insert(uid, (failures, now));
             match next_step(limits, created, now, failures, Some(now)) {
                 Step::GiveUp(limit) => {
                     finish(&ctx, job.as_ref(), &status, start, Err(format!("{limit}; last error: {message}"))).await
@@ -224,6 +248,7 @@ async fn finish<K: JobKind>(
     }
     ctx.apply_status(job, body).await?;
     forget(ctx, &job.uid().unwrap_or_default());
+    locked(&ctx.finished_jobs).insert(job.uid().unwrap_or_default());
     let (label, warning) = match result {
         OperationResult::Succeeded => ("Succeeded", false),
         OperationResult::Failed => ("Failed", true),

@@ -31,7 +31,7 @@ pub fn error_policy<K>(_object: Arc<K>, _error: &ReconcileError, _ctx: Arc<Conte
 /// The workers of controller `name`, following `max-concurrent-reconciles`.
 pub fn workers(ctx: &Context, name: &'static str) -> Arc<Workers> {
     let workers = Workers::new(name, ctx.settings().max_concurrent_reconciles, ctx.metrics.clone());
-    follow_worker_setting(workers.clone(), ctx.settings.clone());
+    follow_worker_setting(&workers, ctx.settings.clone());
     workers
 }
 

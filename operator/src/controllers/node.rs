@@ -16,7 +16,7 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::context::{Context, ReconcileError};
+use crate::context::{Context, ReconcileError, locked, now_seconds};
 use crate::pool::{Connection, Target, parse_endpoint, pool_key, resolve};
 use crate::sidecar_client::SidecarChannel;
 
@@ -46,10 +46,9 @@ pub fn after_failure(failures_so_far: u32, base: Duration) -> AfterFailure {
     if failures_so_far >= MAX_RETRIES {
         return AfterFailure::Delete;
     }
-    AfterFailure::Retry {
-        attempt: failures_so_far + 1,
-        delay: base.max(Duration::from_secs(1)) * 2u32.pow(failures_so_far),
-    }
+    // Capped at an hour, so no setting can overflow it.
+    let delay = base.max(Duration::from_secs(1)).saturating_mul(2u32.saturating_pow(failures_so_far)).min(RECHECK);
+    AfterFailure::Retry { attempt: failures_so_far + 1, delay }
 }
 
 /// The Pod a CSIAddonsNode's sidecar runs in: named by a `pod://` endpoint, or by our sidecar's
@@ -96,6 +95,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
 async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let namespace = node.namespace().unwrap_or_default();
     let name = node.name_any();
+    let uid = node.uid().unwrap_or_default();
     let target = match validate(&node) {
         Ok(target) => target,
         Err(message) => {
@@ -110,12 +110,16 @@ async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<Context>) -> Result<Action
     };
     let key = pool_key(&namespace, &sidecar_pod(&node, &target));
     if node.metadata.deletion_timestamp.is_some() {
-        if ctx.pool.get(&key).is_some_and(|c| c.namespace == namespace && c.name == name) {
-            ctx.pool.remove(&key);
-        }
+        ctx.pool.remove_node(&namespace, &name);
+        locked(&ctx.node_retry_at).remove(&uid);
         set_finalizer(&ctx, &node, false).await?;
         publish_connections(&ctx);
         return Ok(Action::await_change());
+    }
+    // A retry that is not due yet (this pass came from our own status write).
+    let now = now_seconds();
+    if let Some(due) = locked(&ctx.node_retry_at).get(&uid).copied().filter(|due| *due > now) {
+        return Ok(Action::requeue(Duration::from_secs((due - now).unsigned_abs())));
     }
     set_finalizer(&ctx, &node, true).await?;
 
@@ -123,6 +127,7 @@ async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<Context>) -> Result<Action
         Ok(connection) => {
             let was = node.status.as_ref().and_then(|s| s.state.clone());
             let capabilities = connection.capabilities.clone();
+            locked(&ctx.node_retry_at).remove(&uid);
             ctx.pool.put(connection);
             publish_connections(&ctx);
             let message = "Successfully established connection with sidecar";
@@ -139,6 +144,8 @@ async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<Context>) -> Result<Action
                 AfterFailure::Retry { attempt, delay } => {
                     let message = format!("Connection failed: {why}. Retrying attempt {attempt}/{MAX_RETRIES}.");
                     tracing::info!(node = %format!("{namespace}/{name}"), %message);
+                    let due = now_seconds().saturating_add(i64::try_from(delay.as_secs()).unwrap_or(i64::MAX));
+                    locked(&ctx.node_retry_at).insert(uid, due);
                     write_state(&ctx, &node, RETRYING, &message, Some(attempt), None).await?;
                     Ok(Action::requeue(delay))
                 }
@@ -148,9 +155,8 @@ async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<Context>) -> Result<Action
                         MAX_RETRIES + 1
                     );
                     ctx.event(node.as_ref(), true, "ConnectionFailed", message).await;
-                    if ctx.pool.get(&key).is_some_and(|c| c.namespace == namespace && c.name == name) {
-                        ctx.pool.remove(&key);
-                    }
+                    ctx.pool.remove_node(&namespace, &name);
+                    locked(&ctx.node_retry_at).remove(&uid);
                     let api = Api::<CSIAddonsNode>::namespaced(ctx.client.clone(), &namespace);
                     match api.delete(&name, &Default::default()).await {
                         Ok(_) => {}
@@ -172,18 +178,29 @@ async fn connect(ctx: &Context, node: &CSIAddonsNode, target: &Target, key: &str
     let pooled = ctx.pool.get(key).filter(|c| c.endpoint == address);
     let channel = match &pooled {
         Some(connection) => connection.channel.clone(),
-        None => ctx.security.connect(&address).await.map_err(|e| e.to_string())?,
+        None => ctx.security.connect(&address).await.map_err(|e| with_causes(&e))?,
     };
     let capabilities = match capabilities(ctx, channel.clone()).await {
         Ok(capabilities) => capabilities,
         Err(_) if pooled.is_some() => {
             // The pooled channel may be stale (the sidecar restarted at the same address): dial once.
-            let fresh = ctx.security.connect(&address).await.map_err(|e| e.to_string())?;
+            let fresh = ctx.security.connect(&address).await.map_err(|e| with_causes(&e))?;
             return Ok(connection(node, target, address, capabilities(ctx, fresh.clone()).await?, fresh));
         }
         Err(e) => return Err(e),
     };
     Ok(connection(node, target, address, capabilities, channel))
+}
+
+/// An error with its causes ("transport error" alone says nothing).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        text.push_str(&format!(": {inner}"));
+        cause = inner.source();
+    }
+    text
 }
 
 fn connection(
@@ -288,6 +305,8 @@ mod tests {
         assert_eq!(after_failure(3, base), AfterFailure::Delete);
         // A base of 0 still waits (upstream [main]'s nanosecond reading made it immediate).
         assert_eq!(after_failure(0, Duration::ZERO), AfterFailure::Retry { attempt: 1, delay: Duration::from_secs(1) });
+        // Any setting is safe: the delay is capped at an hour.
+        assert_eq!(after_failure(2, Duration::from_secs(u64::MAX)), AfterFailure::Retry { attempt: 3, delay: RECHECK });
     }
 
     #[test]

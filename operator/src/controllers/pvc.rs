@@ -24,7 +24,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::annotations::{Child, Desired, Feature, MANAGED, STATE, Sources, child_name, desired, plan_children};
-use crate::context::{Context, ReconcileError};
+use crate::context::{Context, ReconcileError, locked};
 use crate::controllers::job_kinds::{KEY_ROTATION, RECLAIM_OFFLINE, RECLAIM_ONLINE};
 use crate::flags::SchedulePrecedence;
 
@@ -32,6 +32,8 @@ const NAME: &str = "persistentvolumeclaim";
 const FEATURES: [Feature; 2] = [Feature::ReclaimSpace, Feature::KeyRotation];
 /// A Namespace schedule for a driver whose sidecars have not registered yet is looked at again.
 const DRIVER_WAIT: Duration = Duration::from_secs(30);
+/// PV → driver entries kept at most.
+const DRIVER_CACHE_LIMIT: usize = 100_000;
 
 /// The annotation keys this controller reads.
 fn relevant_keys() -> Vec<String> {
@@ -81,6 +83,18 @@ fn resource(feature: Feature) -> ApiResource {
     match feature {
         Feature::ReclaimSpace => ApiResource::erase::<ReclaimSpaceCronJob>(&()),
         Feature::KeyRotation => ApiResource::erase::<EncryptionKeyRotationCronJob>(&()),
+    }
+}
+
+impl Caches {
+    async fn ready(&self) -> Result<(), ReconcileError> {
+        let not_ready =
+            |e: reflector::store::WriterDropped| ReconcileError::Transient(format!("a watch cache stopped: {e}"));
+        self.namespaces.wait_until_ready().await.map_err(not_ready)?;
+        self.classes.wait_until_ready().await.map_err(not_ready)?;
+        self.reclaim_children.wait_until_ready().await.map_err(not_ready)?;
+        self.rotation_children.wait_until_ready().await.map_err(not_ready)?;
+        Ok(())
     }
 }
 
@@ -202,14 +216,19 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
 
 /// The PV's CSI driver, from the cache or the API server.
 async fn driver_of(ctx: &Context, caches: &Caches, pv: &str) -> Result<Option<String>, kube::Error> {
-    if let Some(known) = caches.drivers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(pv) {
+    if let Some(known) = locked(&caches.drivers).get(pv) {
         return Ok(known.clone());
     }
     let Some(found) = Api::<PersistentVolume>::all(ctx.client.clone()).get_opt(pv).await? else {
         return Ok(None);
     };
     let driver = found.spec.and_then(|s| s.csi).map(|c| c.driver);
-    caches.drivers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(pv.to_owned(), driver.clone());
+    let mut drivers = locked(&caches.drivers);
+    // Bounded: PVs come and go; a cleared cache only costs a GET per PV again.
+    if drivers.len() >= DRIVER_CACHE_LIMIT {
+        drivers.clear();
+    }
+    drivers.insert(pv.to_owned(), driver.clone());
     Ok(driver)
 }
 
@@ -237,6 +256,9 @@ async fn reconcile(
     if pvc.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
+    // kube holds passes until the PVC cache is ready; the other caches are waited for here, so an
+    // empty cache is never read as "no schedule" (which would delete cron jobs).
+    caches.ready().await?;
     let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
     let pv = pvc.spec.as_ref().and_then(|s| s.volume_name.clone()).filter(|v| !v.is_empty());
     // Binding is an event like any other here: an unbound PVC waits for it.
@@ -259,7 +281,10 @@ async fn reconcile(
             && precedence == SchedulePrecedence::Pvc
             && namespace_expects(namespace_annotations, feature, &driver)
         {
+            // The driver's sidecars are expected but not registered yet (a start, a failover):
+            // decide nothing for this feature until they are, rather than drop a Namespace schedule.
             requeue = Some(DRIVER_WAIT);
+            continue;
         }
         let sources = Sources {
             pvc: pvc.metadata.annotations.as_ref().unwrap_or(&empty),
