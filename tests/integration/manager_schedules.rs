@@ -218,6 +218,17 @@ async fn annotations_on_pvcs_namespaces_and_storage_classes_manage_cron_jobs() {
     .await
     .unwrap();
     stage.until_schedule(RS, "a-reclaimspace", Some("@daily")).await;
+    // A managed cron job deleted by hand comes back.
+    let first_uid = stage.api(RS).get("a-reclaimspace").await.unwrap().metadata.uid;
+    stage.api(RS).delete("a-reclaimspace", &Default::default()).await.unwrap();
+    stage
+        .manager
+        .eventually("a-reclaimspace made again", async |_| {
+            let again = stage.api(RS).get_opt("a-reclaimspace").await.unwrap();
+            again.is_some_and(|c| c.metadata.uid != first_uid && c.metadata.deletion_timestamp.is_none())
+        })
+        .await;
+    stage.until_schedule(RS, "a-reclaimspace", Some("@daily")).await;
 
     // A Namespace annotation applies without a restart; enable=false on the PVC switches it off.
     let namespaces = Api::<Namespace>::all(stage.client.clone());

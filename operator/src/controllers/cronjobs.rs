@@ -9,15 +9,17 @@ use api::csiaddons::{
     ReclaimSpaceCronJob, ReclaimSpaceJob,
 };
 use futures::{Future, StreamExt};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{DeleteParams, PostParams, PropagationPolicy};
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
+use tokio::sync::mpsc;
 
 use super::jobs::JobKind;
 use crate::context::{Context, ReconcileError, now_seconds};
@@ -125,7 +127,38 @@ macro_rules! cron_kind {
 cron_kind!(ReclaimSpaceCronJob, ReclaimSpaceJob, "reclaimspacecronjob");
 cron_kind!(EncryptionKeyRotationCronJob, EncryptionKeyRotationJob, "encryptionkeyrotationcronjob");
 
-pub async fn run<C: CronKind>(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
+/// The watch of a cron kind, shared: the cron controller is driven by it, and the PVC controller
+/// reads the same cache (no second watch of every cron job) and hears, through `owners`, of
+/// every change or deletion of a cron job a PVC owns.
+pub fn watch<C: CronKind>(
+    ctx: &Context,
+    owners: mpsc::UnboundedSender<ObjectRef<PersistentVolumeClaim>>,
+) -> (Store<C>, impl futures::Stream<Item = Result<C, watcher::Error>> + Send + 'static) {
+    let (store, writer) = reflector::store();
+    let changes = watcher(ctx.watched::<C>(), super::list_config())
+        .default_backoff()
+        .modify(|cron| cron.meta_mut().managed_fields = None)
+        .reflect(writer)
+        .inspect(move |event| {
+            let (Ok(watcher::Event::Apply(cron)) | Ok(watcher::Event::Delete(cron))) = event else { return };
+            let namespace = cron.namespace().unwrap_or_default();
+            for owner in cron.owner_references().iter().filter(|o| o.controller == Some(true)) {
+                if owner.kind == "PersistentVolumeClaim" && owner.api_version == "v1" {
+                    // The PVC controller stops only with the manager's reconcilers, as this watch does.
+                    let _ = owners.send(ObjectRef::new(&owner.name).within(&namespace));
+                }
+            }
+        })
+        .applied_objects();
+    (store, changes)
+}
+
+pub async fn run<C: CronKind>(
+    ctx: Arc<Context>,
+    store: Store<C>,
+    changes: impl futures::Stream<Item = Result<C, watcher::Error>> + Send + 'static,
+    stop: impl Future<Output = ()> + Send + Sync + 'static,
+) {
     let workers = super::workers(&ctx, C::CONTROLLER);
     let (children, writer) = reflector::store::<C::Job>();
     let child_events = watcher(ctx.watched::<C::Job>(), super::list_config())
@@ -133,7 +166,6 @@ pub async fn run<C: CronKind>(ctx: Arc<Context>, stop: impl Future<Output = ()> 
         .modify(|job| job.meta_mut().managed_fields = None)
         .reflect(writer)
         .touched_objects();
-    let (store, changes) = super::trimmed_watch(ctx.watched::<C>());
     ctx.caches.follow(C::CONTROLLER, store.clone());
     let stream = Controller::for_stream(changes, store)
         .owns_stream(child_events)

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use api::csiaddons::{EncryptionKeyRotationCronJob, ReclaimSpaceCronJob};
 use futures::StreamExt;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, Store};
@@ -80,9 +81,13 @@ pub async fn run_all(ctx: Arc<Context>, volume_health_cleanup: bool, stop: watch
     tasks.spawn(node::run(ctx.clone(), stopped(stop.clone())));
     tasks.spawn(jobs::run::<api::csiaddons::ReclaimSpaceJob>(ctx.clone(), stopped(stop.clone())));
     tasks.spawn(jobs::run::<api::csiaddons::EncryptionKeyRotationJob>(ctx.clone(), stopped(stop.clone())));
-    tasks.spawn(cronjobs::run::<api::csiaddons::ReclaimSpaceCronJob>(ctx.clone(), stopped(stop.clone())));
-    tasks.spawn(cronjobs::run::<api::csiaddons::EncryptionKeyRotationCronJob>(ctx.clone(), stopped(stop.clone())));
-    tasks.spawn(pvc::run(ctx.clone(), stopped(stop.clone())));
+    let (owners, owner_events) = tokio::sync::mpsc::unbounded_channel();
+    let (reclaim, reclaim_changes) = cronjobs::watch::<ReclaimSpaceCronJob>(&ctx, owners.clone());
+    let (rotation, rotation_changes) = cronjobs::watch::<EncryptionKeyRotationCronJob>(&ctx, owners);
+    let crons = pvc::CronCaches { reclaim: reclaim.clone(), rotation: rotation.clone() };
+    tasks.spawn(cronjobs::run(ctx.clone(), reclaim, reclaim_changes, stopped(stop.clone())));
+    tasks.spawn(cronjobs::run(ctx.clone(), rotation, rotation_changes, stopped(stop.clone())));
+    tasks.spawn(pvc::run(ctx.clone(), crons, owner_events, stopped(stop.clone())));
     tasks.spawn(volume_health::run(ctx.clone(), volume_health_cleanup, stop.clone()));
     while tasks.join_next().await.is_some() {}
     ctx.caches.clear();

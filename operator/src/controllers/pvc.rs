@@ -92,10 +92,17 @@ impl Caches {
             |e: reflector::store::WriterDropped| ReconcileError::Transient(format!("a watch cache stopped: {e}"));
         self.namespaces.wait_until_ready().await.map_err(not_ready)?;
         self.classes.wait_until_ready().await.map_err(not_ready)?;
-        self.reclaim_children.wait_until_ready().await.map_err(not_ready)?;
-        self.rotation_children.wait_until_ready().await.map_err(not_ready)?;
+        self.crons.reclaim.wait_until_ready().await.map_err(not_ready)?;
+        self.crons.rotation.wait_until_ready().await.map_err(not_ready)?;
         Ok(())
     }
+}
+
+/// The cron controllers' caches (the PVC controller keeps no copy of its own).
+#[derive(Clone)]
+pub struct CronCaches {
+    pub reclaim: Store<ReclaimSpaceCronJob>,
+    pub rotation: Store<EncryptionKeyRotationCronJob>,
 }
 
 /// The caches a pass reads.
@@ -103,13 +110,18 @@ impl Caches {
 struct Caches {
     namespaces: Store<PartialObjectMeta<Namespace>>,
     classes: Store<StorageClass>,
-    reclaim_children: Store<PartialObjectMeta<ReclaimSpaceCronJob>>,
-    rotation_children: Store<PartialObjectMeta<EncryptionKeyRotationCronJob>>,
+    crons: CronCaches,
     /// PV name → CSI driver (None: not CSI). A PV's source never changes.
     drivers: Arc<Mutex<HashMap<String, Option<String>>>>,
 }
 
-pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
+/// `owner_events`: PVCs whose cron jobs changed or went (from the cron controllers' watches).
+pub async fn run(
+    ctx: Arc<Context>,
+    crons: CronCaches,
+    owner_events: tokio::sync::mpsc::UnboundedReceiver<ObjectRef<PersistentVolumeClaim>>,
+    stop: impl Future<Output = ()> + Send + Sync + 'static,
+) {
     let workers = super::workers(&ctx, NAME);
     let client = ctx.client.clone();
     let keys = relevant_keys();
@@ -147,26 +159,9 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         .applied_objects()
         .predicate_filter(kube::runtime::predicates::annotations, PredicateConfig::default());
 
-    let (reclaim_children, rs_writer) = reflector::store::<PartialObjectMeta<ReclaimSpaceCronJob>>();
-    let rs_stream = watcher(ctx.watched::<PartialObjectMeta<ReclaimSpaceCronJob>>(), config.clone())
-        .default_backoff()
-        .modify(|c| c.metadata.managed_fields = None)
-        .reflect(rs_writer)
-        .touched_objects();
-    let (rotation_children, kr_writer) = reflector::store::<PartialObjectMeta<EncryptionKeyRotationCronJob>>();
-    let kr_stream = watcher(ctx.watched::<PartialObjectMeta<EncryptionKeyRotationCronJob>>(), config.clone())
-        .default_backoff()
-        .modify(|c| c.metadata.managed_fields = None)
-        .reflect(kr_writer)
-        .touched_objects();
-
-    let caches = Caches {
-        namespaces,
-        classes,
-        reclaim_children,
-        rotation_children,
-        drivers: Arc::new(Mutex::new(HashMap::new())),
-    };
+    let owner_events =
+        futures::stream::unfold(owner_events, |mut events| async move { events.recv().await.map(|pvc| (pvc, events)) });
+    let caches = Caches { namespaces, classes, crons, drivers: Arc::new(Mutex::new(HashMap::new())) };
     // A live change of schedule-precedence re-evaluates every PVC.
     let precedence_changes = futures::stream::unfold(ctx.settings.clone(), |mut settings| async move {
         let current = settings.borrow_and_update().schedule_precedence;
@@ -180,8 +175,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     let (in_namespace, of_class) = (pvcs.clone(), pvcs.clone());
     ctx.caches.follow(NAME, pvcs.clone());
     let stream = Controller::for_stream(pvc_stream, pvcs)
-        .owns_stream(rs_stream)
-        .owns_stream(kr_stream)
+        .reconcile_on(owner_events)
         .watches_stream(ns_stream, move |ns: PartialObjectMeta<Namespace>| {
             let name = ns.name_any();
             in_namespace
@@ -293,7 +287,7 @@ async fn reconcile(
             driver_offers: offers,
         };
         let want = desired(feature, precedence, &sources);
-        let children = children(&ctx, &caches, &pvc, feature).await?;
+        let children = children(&caches, &pvc, feature);
         let plan = plan_children(&pvc.name_any(), feature, &want, &children);
         if plan.hands_off {
             continue;
@@ -303,45 +297,36 @@ async fn reconcile(
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
 }
 
-/// The feature's cron jobs owned by the PVC, with their schedules.
-async fn children(
-    ctx: &Context,
-    caches: &Caches,
-    pvc: &PersistentVolumeClaim,
-    feature: Feature,
-) -> Result<Vec<Child>, kube::Error> {
+/// The feature's cron jobs owned by the PVC, with their schedules, from the cron controllers'
+/// caches. Ours have a deterministic name; upstream's default mode named its child in the PVC's
+/// `…/cronjob` annotation. Looked up by name: no scan of every cron job per pass.
+fn children(caches: &Caches, pvc: &PersistentVolumeClaim, feature: Feature) -> Vec<Child> {
     let uid = pvc.uid().unwrap_or_default();
     let namespace = pvc.namespace().unwrap_or_default();
-    let owned = |meta: &kube::api::ObjectMeta| {
-        meta.namespace.as_deref() == Some(namespace.as_str())
-            && meta.owner_references.iter().flatten().any(|o| o.uid == uid && o.controller == Some(true))
-    };
-    // Ours have a deterministic name; upstream's default mode named its child in the PVC's
-    // `…/cronjob` annotation. Looked up by name: no scan of every cron job per pass.
     let mut candidates = vec![child_name(&pvc.name_any(), feature)];
     if let Some(named) = pvc.annotations().get(&feature.cronjob_key())
         && !candidates.contains(named)
     {
         candidates.push(named.clone());
     }
-    let cached = |name: &str| match feature {
-        Feature::ReclaimSpace => {
-            caches.reclaim_children.get(&ObjectRef::new(name).within(&namespace)).is_some_and(|c| owned(&c.metadata))
-        }
-        Feature::KeyRotation => {
-            caches.rotation_children.get(&ObjectRef::new(name).within(&namespace)).is_some_and(|c| owned(&c.metadata))
-        }
+    let child = |meta: &kube::api::ObjectMeta, name: String, schedule: &str| {
+        let owned = meta.owner_references.iter().flatten().any(|o| o.uid == uid && o.controller == Some(true));
+        let managed = meta.annotations.as_ref().and_then(|a| a.get(STATE)).map(String::as_str) == Some(MANAGED);
+        owned.then(|| Child { name, managed, schedule: schedule.to_owned() })
     };
-    let names: Vec<String> = candidates.into_iter().filter(|name| cached(name)).collect();
-    let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &resource(feature));
-    let mut children = Vec::new();
-    for name in names {
-        let Some(child) = api.get_opt(&name).await? else { continue };
-        let managed = child.annotations().get(STATE).map(String::as_str) == Some(MANAGED);
-        let schedule = child.data.pointer("/spec/schedule").and_then(|s| s.as_str()).unwrap_or_default().to_owned();
-        children.push(Child { name, managed, schedule });
-    }
-    Ok(children)
+    candidates
+        .into_iter()
+        .filter_map(|name| match feature {
+            Feature::ReclaimSpace => {
+                let cron = caches.crons.reclaim.get(&ObjectRef::new(&name).within(&namespace))?;
+                child(&cron.metadata, name, &cron.spec.schedule)
+            }
+            Feature::KeyRotation => {
+                let cron = caches.crons.rotation.get(&ObjectRef::new(&name).within(&namespace))?;
+                child(&cron.metadata, name, &cron.spec.schedule)
+            }
+        })
+        .collect()
 }
 
 /// A managed cron job for `pvc` with upstream's defaults (§7.7).
