@@ -49,6 +49,8 @@ pub struct Context {
     /// CSIAddonsNode UID → when its next connection attempt is due (seconds): our own status
     /// write triggers a pass at once, which must not cut the backoff short.
     pub node_retry_at: Mutex<HashMap<String, i64>>,
+    /// CSIAddonsNodes whose spec cannot be used (state Failed), by UID.
+    pub failed_nodes: Mutex<HashSet<String>>,
     /// `--watch-namespace`: namespaced kinds are watched here only.
     pub watch_namespace: Option<String>,
     /// Which controllers' caches have synced (readiness waits for all while leading).
@@ -111,6 +113,7 @@ impl Context {
             job_failures: Mutex::new(HashMap::new()),
             finished_jobs: Mutex::new(HashSet::new()),
             node_retry_at: Mutex::new(HashMap::new()),
+            failed_nodes: Mutex::new(HashSet::new()),
             watch_namespace,
             caches,
         }

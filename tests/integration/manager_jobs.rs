@@ -252,6 +252,8 @@ async fn an_unreachable_sidecar_is_retried_with_growing_waits_then_its_node_obje
     tokio::time::sleep(Duration::from_secs(3)).await;
     let so_far = retries().await;
     assert!(matches!(so_far, Some(1 | 2)), "the backoff was cut short: retries {so_far:?}");
+    let metrics = stage.manager.metrics_text().await;
+    assert!(metrics.contains("csi_addons_sidecar_connections{state=\"retrying\"} 1"), "{metrics}");
     stage
         .manager
         .eventually("the CSIAddonsNode deleted after 3 retries", async |_| {

@@ -104,6 +104,8 @@ async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<Context>) -> Result<Action
                 return Ok(Action::await_change());
             }
             write_state(&ctx, &node, FAILED, &message, None, None).await?;
+            locked(&ctx.failed_nodes).insert(uid);
+            publish_connections(&ctx);
             ctx.event(node.as_ref(), true, "InvalidSpec", message).await;
             return Ok(Action::await_change());
         }
@@ -112,6 +114,7 @@ async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<Context>) -> Result<Action
     if node.metadata.deletion_timestamp.is_some() {
         ctx.pool.remove_node(&namespace, &name);
         locked(&ctx.node_retry_at).remove(&uid);
+        locked(&ctx.failed_nodes).remove(&uid);
         set_finalizer(&ctx, &node, false).await?;
         publish_connections(&ctx);
         return Ok(Action::await_change());
@@ -128,6 +131,7 @@ async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<Context>) -> Result<Action
             let was = node.status.as_ref().and_then(|s| s.state.clone());
             let capabilities = connection.capabilities.clone();
             locked(&ctx.node_retry_at).remove(&uid);
+            locked(&ctx.failed_nodes).remove(&uid);
             ctx.pool.put(connection);
             publish_connections(&ctx);
             let message = "Successfully established connection with sidecar";
@@ -146,6 +150,7 @@ async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<Context>) -> Result<Action
                     tracing::info!(node = %format!("{namespace}/{name}"), %message);
                     let due = now_seconds().saturating_add(i64::try_from(delay.as_secs()).unwrap_or(i64::MAX));
                     locked(&ctx.node_retry_at).insert(uid, due);
+                    publish_connections(&ctx);
                     write_state(&ctx, &node, RETRYING, &message, Some(attempt), None).await?;
                     Ok(Action::requeue(delay))
                 }
@@ -275,12 +280,14 @@ async fn write_state(
     ctx.apply_status(node, status).await
 }
 
-/// `csi_addons_sidecar_connections{state="connected"}` follows the pool.
+/// `csi_addons_sidecar_connections{state}`: connected (pooled), retrying (a retry is due),
+/// failed (a spec that cannot be used).
 fn publish_connections(ctx: &Context) {
-    ctx.metrics
-        .sidecar_connections
-        .with_label_values(&["connected"])
-        .set(i64::try_from(ctx.pool.len()).unwrap_or(i64::MAX));
+    let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    let gauge = &ctx.metrics.sidecar_connections;
+    gauge.with_label_values(&["connected"]).set(count(ctx.pool.len()));
+    gauge.with_label_values(&["retrying"]).set(count(locked(&ctx.node_retry_at).len()));
+    gauge.with_label_values(&["failed"]).set(count(locked(&ctx.failed_nodes).len()));
 }
 
 #[cfg(test)]
