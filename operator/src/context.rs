@@ -12,7 +12,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 
 use crate::config::Settings;
 use crate::metrics::Metrics;
@@ -214,88 +214,29 @@ pub fn now_seconds() -> i64 {
     k8s_openapi::jiff::Timestamp::now().as_second()
 }
 
-/// A controller's workers: at most `max-concurrent-reconciles` reconciles at once, resized live
-/// when the setting changes (new work sees the new size; running work finishes).
-pub struct Workers {
-    name: &'static str,
-    permits: Arc<Semaphore>,
-    size: Mutex<usize>,
-    metrics: Metrics,
-}
-
-impl Workers {
-    pub fn new(name: &'static str, size: usize, metrics: Metrics) -> Arc<Self> {
-        let size = size.max(1);
-        metrics.max_concurrent.with_label_values(&[name]).set(i64::try_from(size).unwrap_or(i64::MAX));
-        Arc::new(Workers { name, permits: Arc::new(Semaphore::new(size)), size: Mutex::new(size), metrics })
+/// Runs one reconcile pass of controller `name`, recording controller-runtime's series. How many
+/// run at once is kube's own limit (`controllers::run_controller`).
+pub async fn record_pass<F>(metrics: &Metrics, name: &str, pass: F) -> Result<Action, ReconcileError>
+where
+    F: Future<Output = Result<Action, ReconcileError>>,
+{
+    let active = metrics.active_workers.with_label_values(&[name]);
+    active.inc();
+    let started = Instant::now();
+    let result = pass.await;
+    active.dec();
+    metrics.reconcile_time.with_label_values(&[name]).observe(started.elapsed().as_secs_f64());
+    let label = match &result {
+        Ok(action) if *action == Action::await_change() => "success",
+        Ok(_) => "requeue_after",
+        Err(_) => "error",
+    };
+    metrics.reconcile_total.with_label_values(&[name, label]).inc();
+    if let Err(e) = &result {
+        metrics.reconcile_errors.with_label_values(&[name]).inc();
+        tracing::warn!(controller = name, error = %e, "reconcile failed; retrying");
     }
-
-    pub fn resize(&self, size: usize) {
-        let size = size.max(1);
-        let mut current = self.size.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if size > *current {
-            self.permits.add_permits(size - *current);
-        } else if size < *current {
-            // Taken back as running reconciles finish.
-            let (permits, excess) = (self.permits.clone(), u32::try_from(*current - size).unwrap_or(u32::MAX));
-            tokio::spawn(async move {
-                if let Ok(taken) = permits.acquire_many_owned(excess).await {
-                    taken.forget();
-                }
-            });
-        }
-        *current = size;
-        self.metrics.max_concurrent.with_label_values(&[self.name]).set(i64::try_from(size).unwrap_or(i64::MAX));
-    }
-
-    /// Runs one reconcile pass within the limit, recording controller-runtime's series. The pass
-    /// is made only once a worker is free, and boxed: thousands of objects waiting for a worker
-    /// then cost a few hundred bytes each, not the size of a whole reconcile's state.
-    pub async fn run<F>(&self, make: impl FnOnce() -> F) -> Result<Action, ReconcileError>
-    where
-        F: Future<Output = Result<Action, ReconcileError>>,
-    {
-        let depth = self.metrics.workqueue_depth.with_label_values(&[self.name, self.name]);
-        depth.inc();
-        // The semaphore is never closed, so acquiring cannot fail; if it did, run unlimited.
-        let permit = self.permits.acquire().await.ok();
-        depth.dec();
-        let active = self.metrics.active_workers.with_label_values(&[self.name]);
-        active.inc();
-        let started = Instant::now();
-        let result = Box::pin(make()).await;
-        active.dec();
-        drop(permit);
-        self.metrics.reconcile_time.with_label_values(&[self.name]).observe(started.elapsed().as_secs_f64());
-        let label = match &result {
-            Ok(action) if *action == Action::await_change() => "success",
-            Ok(_) => "requeue_after",
-            Err(_) => "error",
-        };
-        self.metrics.reconcile_total.with_label_values(&[self.name, label]).inc();
-        if let Err(e) = &result {
-            self.metrics.reconcile_errors.with_label_values(&[self.name]).inc();
-            tracing::warn!(controller = self.name, error = %e, "reconcile failed; retrying");
-        }
-        result
-    }
-}
-
-/// Keeps `workers` sized to `max-concurrent-reconciles` while they are in use (the task ends
-/// within a minute of the controller stopping).
-pub fn follow_worker_setting(workers: &Arc<Workers>, mut settings: watch::Receiver<Settings>) {
-    let workers = Arc::downgrade(workers);
-    tokio::spawn(async move {
-        loop {
-            let changed = tokio::time::timeout(std::time::Duration::from_secs(60), settings.changed()).await;
-            let Some(workers) = workers.upgrade() else { return };
-            match changed {
-                Ok(Ok(())) => workers.resize(settings.borrow_and_update().max_concurrent_reconciles),
-                Ok(Err(_)) => return,
-                Err(_) => {}
-            }
-        }
-    });
+    result
 }
 
 /// The locked value, even if a panic elsewhere poisoned the lock (the maps stay consistent:

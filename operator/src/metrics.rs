@@ -76,7 +76,7 @@ impl Metrics {
             )?,
             workqueue_depth: gauge(
                 "workqueue_depth",
-                "Current depth of workqueue (objects due and waiting for a worker)",
+                "Current depth of workqueue (0: kube-runtime does not expose its queue; served for dashboards)",
                 &["name", "controller"],
             )?,
             operations: counter(

@@ -3,12 +3,13 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use crate::sidecar_harness::{free_port, http_get};
+use crate::recording_driver::RecordingDriver;
+use crate::sidecar_harness::{Serving, SidecarProcess, Workload, free_port, http_get, sidecar_pod};
 use crate::support::{unique, workspace_binary};
 
 pub struct Manager {
@@ -266,5 +267,77 @@ impl ManagerIdentity {
 
     pub fn kubeconfig(&self) -> std::path::PathBuf {
         self.dir.path().join("kubeconfig")
+    }
+}
+
+/// A namespace, a driver advertising `capabilities`, and the manager (auth off on both sides).
+pub struct Stage {
+    pub client: kube::Client,
+    pub namespace: String,
+    pub driver_name: String,
+    pub driver: RecordingDriver,
+    pub manager: Manager,
+    _identity: ManagerIdentity,
+    controller: bool,
+}
+
+impl Stage {
+    pub async fn new(prefix: &str, capabilities: &[&str]) -> Self {
+        let cp = testenv::shared();
+        let client = cp.client().await.unwrap();
+        let namespace = cp.namespace(&client, prefix).await.unwrap();
+        let driver_name = format!("{prefix}.csi-addons-rs.io");
+        let driver = RecordingDriver::start(&driver_name, true, false);
+        driver.advertise(capabilities);
+        // The manager runs as its own ServiceAccount with config/rbac's roles: they are enough.
+        let identity = ManagerIdentity::new(&client, &namespace).await;
+        let manager = Manager::start(&namespace, &identity.kubeconfig(), &["--enable-auth=false"]);
+        let controller = capabilities.contains(&"service.CONTROLLER_SERVICE");
+        Stage { client, namespace, driver_name, driver, manager, _identity: identity, controller }
+    }
+
+    /// Starts the sidecar of `node` and waits until the manager has connected to it.
+    pub async fn sidecar(&self, node: &str) -> SidecarProcess {
+        let pod = sidecar_pod(&self.client, &self.namespace, node, Workload::DaemonSet, "plugin").await;
+        let sidecar = SidecarProcess::start(&pod, node, &self.driver.endpoint(), Serving::Plain, &[]);
+        // Only a sidecar of a driver with a controller service competes for the driver's Lease.
+        if self.controller {
+            sidecar.wait_leader(true).await;
+        } else {
+            sidecar.wait_ready().await;
+        }
+        let nodes = dynamic(&self.client, &self.namespace, "CSIAddonsNode");
+        self.manager
+            .eventually("the CSIAddonsNode to be Connected", async |_| {
+                let list = nodes.list(&ListParams::default()).await.unwrap();
+                list.items.iter().any(|n| n.data.pointer("/status/state") == Some(&json!("Connected")))
+            })
+            .await;
+        sidecar
+    }
+
+    /// The namespaced Api of a csiaddons.openshift.io kind in the stage's namespace.
+    pub fn api(&self, kind: &str) -> Api<kube::api::DynamicObject> {
+        dynamic(&self.client, &self.namespace, kind)
+    }
+
+    /// Creates a job and returns its status once it has a result.
+    pub async fn job(&self, kind: &str, name: &str, spec: serde_json::Value) -> serde_json::Value {
+        create_job(&self.client, &self.namespace, kind, name, spec).await;
+        job_result(&self.manager, &self.api(kind), name).await
+    }
+
+    /// The message of a Warning event `reason` on `object`, if there is one.
+    pub async fn warning(&self, object: &str, reason: &str) -> Option<String> {
+        let events = Api::<Event>::namespaced(self.client.clone(), &self.namespace);
+        let list = events.list(&ListParams::default()).await.unwrap();
+        list.items
+            .into_iter()
+            .find(|e| {
+                e.involved_object.name.as_deref() == Some(object)
+                    && e.reason.as_deref() == Some(reason)
+                    && e.type_.as_deref() == Some("Warning")
+            })
+            .and_then(|e| e.message)
     }
 }

@@ -2,84 +2,12 @@
 //! sidecar process, and a recording CSI-Addons driver that counts every call.
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Event;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use serde_json::json;
 
-use crate::manager_harness::{Manager, ManagerIdentity, attach, bound_pvc, create_job, dynamic, job_result, set_phase};
-use crate::recording_driver::RecordingDriver;
-use crate::sidecar_harness::{Serving, SidecarProcess, Workload, sidecar_pod};
+use crate::manager_harness::{Stage, attach, bound_pvc, create_job, job_result, set_phase};
 
 const NODE: &str = "node-a";
-
-/// A namespace, a driver advertising `capabilities`, and the manager (auth off on both sides).
-struct Stage {
-    client: kube::Client,
-    namespace: String,
-    driver_name: String,
-    driver: RecordingDriver,
-    manager: Manager,
-    _identity: ManagerIdentity,
-    controller: bool,
-}
-
-impl Stage {
-    async fn new(prefix: &str, capabilities: &[&str]) -> Self {
-        let cp = testenv::shared();
-        let client = cp.client().await.unwrap();
-        let namespace = cp.namespace(&client, prefix).await.unwrap();
-        let driver_name = format!("{prefix}.csi-addons-rs.io");
-        let driver = RecordingDriver::start(&driver_name, true, false);
-        driver.advertise(capabilities);
-        // The manager runs as its own ServiceAccount with config/rbac's roles: they are enough.
-        let identity = ManagerIdentity::new(&client, &namespace).await;
-        let manager = Manager::start(&namespace, &identity.kubeconfig(), &["--enable-auth=false"]);
-        let controller = capabilities.contains(&"service.CONTROLLER_SERVICE");
-        Stage { client, namespace, driver_name, driver, manager, _identity: identity, controller }
-    }
-
-    /// Starts the node's sidecar and waits until the manager has connected to it.
-    async fn sidecar(&self) -> SidecarProcess {
-        let pod = sidecar_pod(&self.client, &self.namespace, NODE, Workload::DaemonSet, "plugin").await;
-        let sidecar = SidecarProcess::start(&pod, NODE, &self.driver.endpoint(), Serving::Plain, &[]);
-        // Only a sidecar of a driver with a controller service competes for the driver's Lease.
-        if self.controller {
-            sidecar.wait_leader(true).await;
-        } else {
-            sidecar.wait_ready().await;
-        }
-        let nodes = dynamic(&self.client, &self.namespace, "CSIAddonsNode");
-        self.manager
-            .eventually("the CSIAddonsNode to be Connected", async |_| {
-                let list = nodes.list(&ListParams::default()).await.unwrap();
-                list.items.iter().any(|n| n.data.pointer("/status/state") == Some(&json!("Connected")))
-            })
-            .await;
-        sidecar
-    }
-
-    fn jobs(&self, kind: &str) -> Api<kube::api::DynamicObject> {
-        dynamic(&self.client, &self.namespace, kind)
-    }
-
-    async fn job(&self, kind: &str, name: &str, spec: serde_json::Value) -> serde_json::Value {
-        create_job(&self.client, &self.namespace, kind, name, spec).await;
-        job_result(&self.manager, &self.jobs(kind), name).await
-    }
-
-    async fn warning(&self, object: &str, reason: &str) -> Option<String> {
-        let events = Api::<Event>::namespaced(self.client.clone(), &self.namespace);
-        let list = events.list(&ListParams::default()).await.unwrap();
-        list.items
-            .into_iter()
-            .find(|e| {
-                e.involved_object.name.as_deref() == Some(object)
-                    && e.reason.as_deref() == Some(reason)
-                    && e.type_.as_deref() == Some("Warning")
-            })
-            .and_then(|e| e.message)
-    }
-}
 
 fn target(pvc: &str) -> serde_json::Value {
     json!({"target": {"persistentVolumeClaim": pvc}})
@@ -89,7 +17,7 @@ fn target(pvc: &str) -> serde_json::Value {
 async fn reclaim_space_runs_on_the_attached_node_then_the_controller_and_sums_what_was_freed() {
     let stage =
         Stage::new("rsj-route", &["service.CONTROLLER_SERVICE", "reclaim_space.ONLINE", "reclaim_space.OFFLINE"]).await;
-    let _sidecar = stage.sidecar().await;
+    let _sidecar = stage.sidecar(NODE).await;
     let attached = bound_pvc(&stage.client, &stage.namespace, "attached", &stage.driver_name, None, json!({})).await;
     attach(&stage.client, &attached, NODE, &stage.driver_name).await;
     bound_pvc(&stage.client, &stage.namespace, "detached", &stage.driver_name, None, json!({})).await;
@@ -130,7 +58,7 @@ async fn reclaim_space_runs_on_the_attached_node_then_the_controller_and_sums_wh
 #[tokio::test]
 async fn a_node_only_driver_reclaims_without_a_controller_side() {
     let stage = Stage::new("rsj-node-only", &["service.NODE_SERVICE", "reclaim_space.ONLINE"]).await;
-    let _sidecar = stage.sidecar().await;
+    let _sidecar = stage.sidecar(NODE).await;
     let pv = bound_pvc(&stage.client, &stage.namespace, "data", &stage.driver_name, None, json!({})).await;
     attach(&stage.client, &pv, NODE, &stage.driver_name).await;
     let status = stage.job("ReclaimSpaceJob", "node-only", target("data")).await;
@@ -147,8 +75,8 @@ async fn a_job_waits_for_a_sidecar_that_registers_seconds_later() {
     create_job(&stage.client, &stage.namespace, "ReclaimSpaceJob", "early", target("data")).await;
     // Upstream spends all six retries in about 0.3 s; ours wait 5 s, 10 s, …
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let _sidecar = stage.sidecar().await;
-    let status = job_result(&stage.manager, &stage.jobs("ReclaimSpaceJob"), "early").await;
+    let _sidecar = stage.sidecar(NODE).await;
+    let status = job_result(&stage.manager, &stage.api("ReclaimSpaceJob"), "early").await;
     assert_eq!(status["result"], "Succeeded", "{status}");
     assert!(status["retries"].as_i64().unwrap() >= 1, "{status}");
     assert_eq!(stage.driver.count("node_reclaim_space"), 1);
@@ -157,7 +85,7 @@ async fn a_job_waits_for_a_sidecar_that_registers_seconds_later() {
 #[tokio::test]
 async fn failed_jobs_say_why_deadline_back_off_limit_and_not_csi() {
     let stage = Stage::new("rsj-fail", &["service.CONTROLLER_SERVICE", "reclaim_space.OFFLINE"]).await;
-    let _sidecar = stage.sidecar().await;
+    let _sidecar = stage.sidecar(NODE).await;
 
     let mut spec = target("missing");
     spec["retryDeadlineSeconds"] = json!(3);
@@ -210,7 +138,7 @@ async fn failed_jobs_say_why_deadline_back_off_limit_and_not_csi() {
 #[tokio::test]
 async fn key_rotation_runs_where_the_volume_is_attached_and_unimplemented_is_a_failure() {
     let stage = Stage::new("ekr", &["service.NODE_SERVICE", "encryption_key_rotation.ENCRYPTIONKEYROTATION"]).await;
-    let _sidecar = stage.sidecar().await;
+    let _sidecar = stage.sidecar(NODE).await;
     let pv = bound_pvc(&stage.client, &stage.namespace, "secret-data", &stage.driver_name, None, json!({})).await;
     attach(&stage.client, &pv, NODE, &stage.driver_name).await;
     let status = stage.job("EncryptionKeyRotationJob", "rotate", target("secret-data")).await;
@@ -231,7 +159,7 @@ async fn key_rotation_runs_where_the_volume_is_attached_and_unimplemented_is_a_f
 #[tokio::test]
 async fn an_unreachable_sidecar_is_retried_with_growing_waits_then_its_node_object_is_deleted() {
     let stage = Stage::new("node-retry", &["service.NODE_SERVICE"]).await;
-    let nodes = stage.jobs("CSIAddonsNode");
+    let nodes = stage.api("CSIAddonsNode");
     let dead = crate::sidecar_harness::free_port();
     let node: kube::api::DynamicObject = serde_json::from_value(json!({
         "apiVersion": "csiaddons.openshift.io/v1alpha1", "kind": "CSIAddonsNode",

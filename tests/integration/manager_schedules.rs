@@ -8,53 +8,34 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use crate::manager_harness::{Manager, ManagerIdentity, attach, bound_pvc, create_pv, dynamic, set_phase};
-use crate::recording_driver::RecordingDriver;
-use crate::sidecar_harness::{Serving, SidecarProcess, Workload, sidecar_pod};
+use crate::manager_harness::{Stage as ManagerStage, attach, bound_pvc, create_pv, set_phase};
+use crate::sidecar_harness::SidecarProcess;
 use crate::support::unique;
 
 const NODE: &str = "node-s";
 
+/// The shared stage with one sidecar running, for a driver with controller-side reclaim and key
+/// rotation.
 struct Stage {
-    client: kube::Client,
-    namespace: String,
-    driver_name: String,
-    driver: RecordingDriver,
-    manager: Manager,
-    _identity: ManagerIdentity,
+    base: ManagerStage,
     _sidecar: SidecarProcess,
+}
+
+impl std::ops::Deref for Stage {
+    type Target = ManagerStage;
+
+    fn deref(&self) -> &ManagerStage {
+        &self.base
+    }
 }
 
 impl Stage {
     async fn new(prefix: &str) -> Self {
-        let cp = testenv::shared();
-        let client = cp.client().await.unwrap();
-        let namespace = cp.namespace(&client, prefix).await.unwrap();
-        let driver_name = format!("{prefix}.csi-addons-rs.io");
-        let driver = RecordingDriver::start(&driver_name, true, false);
-        driver.advertise(&[
-            "service.CONTROLLER_SERVICE",
-            "reclaim_space.OFFLINE",
-            "encryption_key_rotation.ENCRYPTIONKEYROTATION",
-        ]);
-        // The manager runs as its own ServiceAccount with config/rbac's roles: they are enough.
-        let identity = ManagerIdentity::new(&client, &namespace).await;
-        let manager = Manager::start(&namespace, &identity.kubeconfig(), &["--enable-auth=false"]);
-        let pod = sidecar_pod(&client, &namespace, NODE, Workload::DaemonSet, "plugin").await;
-        let sidecar = SidecarProcess::start(&pod, NODE, &driver.endpoint(), Serving::Plain, &[]);
-        sidecar.wait_leader(true).await;
-        let nodes = dynamic(&client, &namespace, "CSIAddonsNode");
-        manager
-            .eventually("the CSIAddonsNode to be Connected", async |_| {
-                let list = nodes.list(&ListParams::default()).await.unwrap();
-                list.items.iter().any(|n| n.data.pointer("/status/state") == Some(&json!("Connected")))
-            })
-            .await;
-        Stage { client, namespace, driver_name, driver, manager, _identity: identity, _sidecar: sidecar }
-    }
-
-    fn api(&self, kind: &str) -> Api<DynamicObject> {
-        dynamic(&self.client, &self.namespace, kind)
+        let capabilities =
+            ["service.CONTROLLER_SERVICE", "reclaim_space.OFFLINE", "encryption_key_rotation.ENCRYPTIONKEYROTATION"];
+        let base = ManagerStage::new(prefix, &capabilities).await;
+        let sidecar = base.sidecar(NODE).await;
+        Stage { base, _sidecar: sidecar }
     }
 
     async fn cron(&self, kind: &str, name: &str, spec: serde_json::Value) -> DynamicObject {

@@ -16,8 +16,6 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -30,16 +28,7 @@ use crate::schedule::Schedule;
 pub const SCHEDULED_AT: &str = "csiaddons.openshift.io/scheduled-at";
 
 /// A cron job kind and the job kind it makes.
-pub trait CronKind:
-    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-    + Clone
-    + DeserializeOwned
-    + Serialize
-    + std::fmt::Debug
-    + Send
-    + Sync
-    + 'static
-{
+pub trait CronKind: super::NamespacedKind {
     type Job: JobKind;
     const CONTROLLER: &'static str;
     fn schedule(&self) -> &str;
@@ -159,7 +148,6 @@ pub async fn run<C: CronKind>(
     changes: impl futures::Stream<Item = Result<C, watcher::Error>> + Send + 'static,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let workers = super::workers(&ctx, C::CONTROLLER);
     let (children, writer) = reflector::store::<C::Job>();
     let child_events = watcher(ctx.watched::<C::Job>(), super::list_config())
         .default_backoff()
@@ -167,19 +155,11 @@ pub async fn run<C: CronKind>(
         .reflect(writer)
         .touched_objects();
     ctx.caches.follow(C::CONTROLLER, store.clone());
-    let stream = Controller::for_stream(changes, store)
-        .owns_stream(child_events)
-        .with_config(super::controller_config(&ctx))
-        .graceful_shutdown_on(stop)
-        .run(
-            move |cron, ctx| {
-                let (workers, children) = (workers.clone(), children.clone());
-                async move { workers.run(|| reconcile::<C>(cron, ctx, children)).await }
-            },
-            super::error_policy,
-            ctx,
-        );
-    stream.for_each(|_| futures::future::ready(())).await;
+    let controller = Controller::for_stream(changes, store).owns_stream(child_events);
+    super::run_controller(controller, ctx, C::CONTROLLER, stop, move |cron, ctx| {
+        reconcile::<C>(cron, ctx, children.clone())
+    })
+    .await;
 }
 
 fn child_of<C: CronKind>(job: &C::Job) -> Child {

@@ -13,8 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
-use kube::{Api, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
+use kube::{Api, ResourceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -45,16 +44,7 @@ pub enum AttemptError {
 }
 
 /// A one-shot job kind.
-pub trait JobKind:
-    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-    + Clone
-    + DeserializeOwned
-    + Serialize
-    + std::fmt::Debug
-    + Send
-    + Sync
-    + 'static
-{
+pub trait JobKind: super::NamespacedKind {
     /// controller-runtime's name for upstream's controller of this kind.
     const CONTROLLER: &'static str;
     const SUCCESS: &'static str;
@@ -92,22 +82,10 @@ fn status_of<K: Serialize>(job: &K) -> JobStatus {
 }
 
 pub async fn run<K: JobKind>(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
-    let workers = super::workers(&ctx, K::CONTROLLER);
     let (store, changes) = super::trimmed_watch(ctx.watched::<K>());
     ctx.caches.follow(K::CONTROLLER, store.clone());
     prune_memory(&ctx, store.clone());
-    let stream = Controller::for_stream(changes, store)
-        .with_config(super::controller_config(&ctx))
-        .graceful_shutdown_on(stop)
-        .run(
-            move |job, ctx| {
-                let workers = workers.clone();
-                async move { workers.run(|| reconcile(job, ctx)).await }
-            },
-            super::error_policy,
-            ctx,
-        );
-    super::drain(stream).await;
+    super::run_controller(Controller::for_stream(changes, store), ctx, K::CONTROLLER, stop, reconcile::<K>).await;
 }
 
 fn forget(ctx: &Context, uid: &str) {

@@ -1,18 +1,19 @@
 //! The reconcilers, one module each, and how they are started: only while this manager leads,
-//! each with its live-resized workers.
+//! with as many workers each as `max-concurrent-reconciles` says when they start.
 use std::sync::Arc;
 use std::time::Duration;
 
 use api::csiaddons::{EncryptionKeyRotationCronJob, ReclaimSpaceCronJob};
-use futures::StreamExt;
+use futures::{Future, StreamExt};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Resource};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
-use crate::context::{Context, ReconcileError, Workers, follow_worker_setting};
+use crate::context::{Context, ReconcileError, record_pass};
 
 pub mod cronjobs;
 pub mod job_kinds;
@@ -29,19 +30,64 @@ pub fn error_policy<K>(_object: Arc<K>, _error: &ReconcileError, _ctx: Arc<Conte
     Action::requeue(ERROR_RETRY)
 }
 
-/// The workers of controller `name`, following `max-concurrent-reconciles`.
-pub fn workers(ctx: &Context, name: &'static str) -> Arc<Workers> {
-    let workers = Workers::new(name, ctx.settings().max_concurrent_reconciles, ctx.metrics.clone());
-    follow_worker_setting(&workers, ctx.settings.clone());
-    workers
+/// The namespaced CSI-Addons kinds the generic reconcilers (jobs, cron jobs) work on.
+pub trait NamespacedKind:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + Serialize
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
 }
 
-/// kube's own limit of reconciles at once, from `max-concurrent-reconciles` when the controllers
-/// start (a change restarts them). Objects beyond it wait in kube's queue as a small entry; an
-/// unlimited queue of waiting reconciles would make each pass of kube's scheduler scan them all.
-pub fn controller_config(ctx: &Context) -> kube::runtime::Config {
+impl<K> NamespacedKind for K where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// Runs `controller` (its watches already attached) until `stop`: at most
+/// `max-concurrent-reconciles` passes at once, by kube's own limit (objects beyond it wait in
+/// kube's queue as small entries; a change of the setting restarts the reconcilers), each pass
+/// recorded in controller-runtime's series under `name`.
+pub async fn run_controller<K, F, Fut>(
+    controller: Controller<K>,
+    ctx: Arc<Context>,
+    name: &'static str,
+    stop: impl Future<Output = ()> + Send + Sync + 'static,
+    reconcile: F,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
+{
+    // kube-runtime does not expose its queue: the series is served (dashboards key on it) at 0.
+    ctx.metrics.workqueue_depth.with_label_values(&[name, name]).set(0);
     let workers = ctx.settings().max_concurrent_reconciles;
-    kube::runtime::Config::default().concurrency(u16::try_from(workers).unwrap_or(u16::MAX).max(1))
+    let config = kube::runtime::Config::default().concurrency(u16::try_from(workers).unwrap_or(u16::MAX).max(1));
+    controller
+        .with_config(config)
+        .graceful_shutdown_on(stop)
+        .run(
+            move |object, ctx| {
+                let metrics = ctx.metrics.clone();
+                let pass = reconcile(object, ctx);
+                async move { record_pass(&metrics, name, pass).await }
+            },
+            error_policy,
+            ctx,
+        )
+        .for_each(|_| futures::future::ready(()))
+        .await;
 }
 
 /// How every watch lists: from the API server's cache, in pages of 100 (a page is decoded whole
@@ -65,11 +111,6 @@ where
         .reflect(writer)
         .applied_objects();
     (store, stream)
-}
-
-/// Drains a controller's result stream (results are already recorded by `Workers::run`).
-pub async fn drain<S: futures::Stream + Send>(stream: S) {
-    stream.for_each(|_| futures::future::ready(())).await;
 }
 
 /// Runs every reconciler until `stop`.

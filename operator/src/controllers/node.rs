@@ -75,21 +75,9 @@ pub fn validate(node: &CSIAddonsNode) -> Result<Target, String> {
 }
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
-    let workers = super::workers(&ctx, NAME);
     let (store, changes) = super::trimmed_watch(ctx.watched::<CSIAddonsNode>());
     ctx.caches.follow(NAME, store.clone());
-    let stream = Controller::for_stream(changes, store)
-        .with_config(super::controller_config(&ctx))
-        .graceful_shutdown_on(stop)
-        .run(
-            move |node, ctx| {
-                let workers = workers.clone();
-                async move { workers.run(|| reconcile(node, ctx)).await }
-            },
-            super::error_policy,
-            ctx,
-        );
-    super::drain(stream).await;
+    super::run_controller(Controller::for_stream(changes, store), ctx, NAME, stop, reconcile).await;
 }
 
 async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {

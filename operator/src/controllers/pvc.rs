@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use api::csiaddons::{EncryptionKeyRotationCronJob, ReclaimSpaceCronJob};
-use futures::{Future, StreamExt};
+use futures::Future;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -122,7 +122,6 @@ pub async fn run(
     owner_events: tokio::sync::mpsc::UnboundedReceiver<ObjectRef<PersistentVolumeClaim>>,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let workers = super::workers(&ctx, NAME);
     let client = ctx.client.clone();
     let keys = relevant_keys();
     let config = super::list_config();
@@ -174,7 +173,7 @@ pub async fn run(
     });
     let (in_namespace, of_class) = (pvcs.clone(), pvcs.clone());
     ctx.caches.follow(NAME, pvcs.clone());
-    let stream = Controller::for_stream(pvc_stream, pvcs)
+    let controller = Controller::for_stream(pvc_stream, pvcs)
         .reconcile_on(owner_events)
         .watches_stream(ns_stream, move |ns: PartialObjectMeta<Namespace>| {
             let name = ns.name_any();
@@ -194,18 +193,8 @@ pub async fn run(
                 .map(|p| ObjectRef::from_obj(p.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .reconcile_all_on(precedence_changes)
-        .with_config(super::controller_config(&ctx))
-        .graceful_shutdown_on(stop)
-        .run(
-            move |pvc, ctx| {
-                let (workers, caches) = (workers.clone(), caches.clone());
-                async move { workers.run(|| reconcile(pvc, ctx, caches)).await }
-            },
-            super::error_policy,
-            ctx,
-        );
-    stream.for_each(|_| futures::future::ready(())).await;
+        .reconcile_all_on(precedence_changes);
+    super::run_controller(controller, ctx, NAME, stop, move |pvc, ctx| reconcile(pvc, ctx, caches.clone())).await;
 }
 
 /// The PV's CSI driver, from the cache or the API server.
