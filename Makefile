@@ -6,6 +6,9 @@ CARGO ?= cargo
 
 all: build
 
+# The target the shipped binaries are built for: static musl where the machine can build it (see the script).
+SHIP_TARGET = $(shell hack/static-target.sh)
+
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
@@ -18,17 +21,17 @@ test: control-plane test-peers ## Run every test: unit tests, then the suites on
 	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" CSI_SANITY="$$(hack/csi-sanity.sh)" $(CARGO) test --workspace --locked
 
 bench-sidecar: control-plane ## Print our sidecar's RSS next to upstream's v0.14.0 sidecar (the image's build; builds upstream's once)
-	$(CARGO) build --profile sidecar --locked -p sidecar --bin csi-addons-sidecar
+	$(CARGO) build --profile sidecar --locked -p sidecar --bin csi-addons-sidecar --target $(SHIP_TARGET)
 	$(CARGO) build --workspace --bins --locked
 	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" UPSTREAM_SIDECAR="$$(hack/upstream-binaries.sh sidecar)" \
-	CSI_ADDONS_SIDECAR="$$PWD/target/sidecar/csi-addons-sidecar" \
+	CSI_ADDONS_SIDECAR="$$PWD/target/$(SHIP_TARGET)/sidecar/csi-addons-sidecar" \
 	$(CARGO) test --locked -p integration-tests --test integration bench_sidecar -- --ignored --nocapture
 
 bench-manager: control-plane ## Annotation fan-out (N=1,000 and 10,000 PVCs): our manager next to upstream's v0.14.0 (builds upstream's once)
-	$(CARGO) build --profile manager --locked -p operator --bin csi-addons-manager
+	$(CARGO) build --profile manager --locked -p operator --bin csi-addons-manager --target $(SHIP_TARGET)
 	$(CARGO) build --workspace --bins --locked
 	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" UPSTREAM_MANAGER="$$(hack/upstream-binaries.sh manager)" \
-	CSI_ADDONS_MANAGER="$$PWD/target/manager/csi-addons-manager" \
+	CSI_ADDONS_MANAGER="$$PWD/target/$(SHIP_TARGET)/manager/csi-addons-manager" \
 	$(CARGO) test --locked -p integration-tests --test integration bench_manager -- --ignored --nocapture
 
 manifests: ## Regenerate config/crd/bases from the Rust types

@@ -49,6 +49,8 @@ pub struct Context {
     /// CSIAddonsNode UID → when its next connection attempt is due (seconds): our own status
     /// write triggers a pass at once, which must not cut the backoff short.
     pub node_retry_at: Mutex<HashMap<String, i64>>,
+    /// Failed operations in a row of objects retried with a growing delay (fences), by UID.
+    pub operation_failures: Mutex<HashMap<String, u32>>,
     /// CSIAddonsNodes whose spec cannot be used (state Failed), by UID.
     pub failed_nodes: Mutex<HashSet<String>>,
     /// `--watch-namespace`: namespaced kinds are watched here only.
@@ -114,6 +116,7 @@ impl Context {
             finished_jobs: Mutex::new(HashSet::new()),
             node_retry_at: Mutex::new(HashMap::new()),
             failed_nodes: Mutex::new(HashSet::new()),
+            operation_failures: Mutex::new(HashMap::new()),
             watch_namespace,
             caches,
         }

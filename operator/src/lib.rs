@@ -8,6 +8,7 @@ pub mod config_watch;
 pub mod context;
 pub mod controllers;
 pub mod cronjob;
+pub mod fencing;
 pub mod flags;
 pub mod job;
 pub mod manager;

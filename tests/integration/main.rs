@@ -10,6 +10,7 @@ mod driver_addons;
 mod driver_harness;
 mod driver_sanity;
 mod driver_volumes;
+mod manager_fence;
 mod manager_harness;
 mod manager_jobs;
 mod manager_process;

@@ -16,6 +16,9 @@ use tokio::sync::watch;
 use crate::context::{Context, ReconcileError, record_pass};
 
 pub mod cronjobs;
+pub mod fence;
+pub mod fence_class;
+pub mod fence_clients;
 pub mod job_kinds;
 pub mod jobs;
 pub mod node;
@@ -120,6 +123,8 @@ pub async fn run_all(ctx: Arc<Context>, volume_health_cleanup: bool, stop: watch
     };
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(node::run(ctx.clone(), stopped(stop.clone())));
+    tasks.spawn(fence::run(ctx.clone(), stopped(stop.clone())));
+    tasks.spawn(fence_class::run(ctx.clone(), stopped(stop.clone())));
     tasks.spawn(jobs::run::<api::csiaddons::ReclaimSpaceJob>(ctx.clone(), stopped(stop.clone())));
     tasks.spawn(jobs::run::<api::csiaddons::EncryptionKeyRotationJob>(ctx.clone(), stopped(stop.clone())));
     let (owners, owner_events) = tokio::sync::mpsc::unbounded_channel();
@@ -132,4 +137,33 @@ pub async fn run_all(ctx: Arc<Context>, volume_health_cleanup: bool, stop: watch
     tasks.spawn(volume_health::run(ctx.clone(), volume_health_cleanup, stop.clone()));
     while tasks.join_next().await.is_some() {}
     ctx.caches.clear();
+}
+
+/// Adds or removes `finalizer` on `object` (a no-op when already so), as a compare-and-swap: a
+/// concurrent change fails the patch and the pass is retried.
+pub async fn set_finalizer<K>(ctx: &Context, object: &K, finalizer: &str, present: bool) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    use kube::ResourceExt;
+    let finalizers = object.finalizers();
+    if finalizers.iter().any(|f| f == finalizer) == present {
+        return Ok(());
+    }
+    let mut next: Vec<String> = finalizers.iter().filter(|f| *f != finalizer).cloned().collect();
+    if present {
+        next.push(finalizer.to_owned());
+    }
+    let patch = serde_json::json!({"metadata": {"finalizers": next, "resourceVersion": object.resource_version()}});
+    let resource = kube::api::ApiResource::erase::<K>(&());
+    let api: Api<kube::api::DynamicObject> = match object.namespace() {
+        Some(namespace) => Api::namespaced_with(ctx.client.clone(), &namespace, &resource),
+        None => Api::all_with(ctx.client.clone(), &resource),
+    };
+    let params = kube::api::PatchParams::default();
+    match api.patch(&object.name_any(), &params, &kube::api::Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 && !present => Ok(()),
+        Err(e) => Err(e),
+    }
 }

@@ -6,11 +6,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use api::csiaddons::{CSIADDONSNODE_FINALIZER, CSIAddonsNode, SIDECAR_POD_ANNOTATION};
+use api::csiaddons::{CSIADDONSNODE_FINALIZER, CSIAddonsNode, NetworkFenceClientStatus, SIDECAR_POD_ANNOTATION};
 use api::proto::identity::GetCapabilitiesRequest;
 use api::proto::identity::identity_client::IdentityClient;
 use futures::Future;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
@@ -88,10 +87,11 @@ async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<Context>) -> Result<Action
         Ok(target) => target,
         Err(message) => {
             if node.metadata.deletion_timestamp.is_some() {
-                set_finalizer(&ctx, &node, false).await?;
+                super::set_finalizer(&ctx, node.as_ref(), CSIADDONSNODE_FINALIZER, false).await?;
                 return Ok(Action::await_change());
             }
-            write_state(&ctx, &node, FAILED, &message, None, None).await?;
+            let status = NodeStatus { state: FAILED, message: &message, retries: None, capabilities: None };
+            write_state(&ctx, &node, status, None).await?;
             locked(&ctx.failed_nodes).insert(uid);
             publish_connections(&ctx);
             ctx.event(node.as_ref(), true, "InvalidSpec", message).await;
@@ -103,7 +103,7 @@ async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<Context>) -> Result<Action
         ctx.pool.remove_node(&namespace, &name);
         locked(&ctx.node_retry_at).remove(&uid);
         locked(&ctx.failed_nodes).remove(&uid);
-        set_finalizer(&ctx, &node, false).await?;
+        super::set_finalizer(&ctx, node.as_ref(), CSIADDONSNODE_FINALIZER, false).await?;
         publish_connections(&ctx);
         return Ok(Action::await_change());
     }
@@ -112,7 +112,7 @@ async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<Context>) -> Result<Action
     if let Some(due) = locked(&ctx.node_retry_at).get(&uid).copied().filter(|due| *due > now) {
         return Ok(Action::requeue(Duration::from_secs((due - now).unsigned_abs())));
     }
-    set_finalizer(&ctx, &node, true).await?;
+    super::set_finalizer(&ctx, node.as_ref(), CSIADDONSNODE_FINALIZER, true).await?;
 
     match connect(&ctx, &node, &target, &key).await {
         Ok(connection) => {
@@ -120,13 +120,20 @@ async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<Context>) -> Result<Action
             let capabilities = connection.capabilities.clone();
             locked(&ctx.node_retry_at).remove(&uid);
             locked(&ctx.failed_nodes).remove(&uid);
-            ctx.pool.put(connection);
+            // Pooled before the fence clients are asked for: a failure there leaks nothing (defect 21).
+            let connection = ctx.pool.put(connection);
             publish_connections(&ctx);
+            let clients = super::fence_clients::list(&ctx, &node, &connection).await;
             let message = "Successfully established connection with sidecar";
-            write_state(&ctx, &node, CONNECTED, message, None, Some(capabilities)).await?;
+            let status = NodeStatus { state: CONNECTED, message, retries: None, capabilities: Some(capabilities) };
+            write_state(&ctx, &node, status, clients.as_ref().ok().cloned()).await?;
             if was.as_deref() != Some(CONNECTED) {
                 ctx.event(node.as_ref(), false, "Connected", format!("{message} at {}", node.spec.driver.endpoint))
                     .await;
+            }
+            if let Err(why) = clients {
+                ctx.event(node.as_ref(), true, "FenceClientsFailed", why.clone()).await;
+                return Err(ReconcileError::Transient(why));
             }
             Ok(Action::requeue(RECHECK))
         }
@@ -139,7 +146,9 @@ async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<Context>) -> Result<Action
                     let due = now_seconds().saturating_add(i64::try_from(delay.as_secs()).unwrap_or(i64::MAX));
                     locked(&ctx.node_retry_at).insert(uid, due);
                     publish_connections(&ctx);
-                    write_state(&ctx, &node, RETRYING, &message, Some(attempt), None).await?;
+                    let status =
+                        NodeStatus { state: RETRYING, message: &message, retries: Some(attempt), capabilities: None };
+                    write_state(&ctx, &node, status, None).await?;
                     Ok(Action::requeue(delay))
                 }
                 AfterFailure::Delete => {
@@ -226,45 +235,31 @@ async fn capabilities(ctx: &Context, channel: SidecarChannel) -> Result<Vec<Stri
     Ok(api::capabilities::to_strings(&answer.into_inner().capabilities))
 }
 
-/// Adds or removes the manager's finalizer (a no-op when already so).
-async fn set_finalizer(ctx: &Context, node: &CSIAddonsNode, present: bool) -> Result<(), kube::Error> {
-    let finalizers = node.finalizers();
-    let has = finalizers.iter().any(|f| f == CSIADDONSNODE_FINALIZER);
-    if has == present {
-        return Ok(());
-    }
-    let mut next: Vec<String> = finalizers.iter().filter(|f| *f != CSIADDONSNODE_FINALIZER).cloned().collect();
-    if present {
-        next.push(CSIADDONSNODE_FINALIZER.to_owned());
-    }
-    // The resourceVersion makes this a compare-and-swap: a concurrent change is retried.
-    let patch = json!({"metadata": {"finalizers": next, "resourceVersion": node.resource_version()}});
-    let api = Api::<CSIAddonsNode>::namespaced(ctx.client.clone(), &node.namespace().unwrap_or_default());
-    match api.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 && !present => Ok(()),
-        Err(e) => Err(e),
-    }
+/// The state fields of a status write.
+struct NodeStatus<'a> {
+    state: &'a str,
+    message: &'a str,
+    retries: Option<u32>,
+    /// None: keep the previous ones.
+    capabilities: Option<Vec<String>>,
 }
 
+/// Writes the status; `fence_clients` None keeps the previous list.
 async fn write_state(
     ctx: &Context,
     node: &CSIAddonsNode,
-    state: &str,
-    message: &str,
-    retries: Option<u32>,
-    capabilities: Option<Vec<String>>,
+    next: NodeStatus<'_>,
+    fence_clients: Option<Vec<NetworkFenceClientStatus>>,
 ) -> Result<(), kube::Error> {
     let previous = node.status.clone().unwrap_or_default();
-    let capabilities = capabilities.unwrap_or(previous.capabilities);
-    let mut status = json!({"state": state, "message": message, "capabilities": capabilities});
-    if let Some(retries) = retries {
+    let capabilities = next.capabilities.unwrap_or(previous.capabilities);
+    let mut status = json!({"state": next.state, "message": next.message, "capabilities": capabilities});
+    if let Some(retries) = next.retries {
         status["retries"] = json!(retries);
     }
-    if !previous.network_fence_client_status.is_empty() {
-        status["networkFenceClientStatus"] =
-            serde_json::to_value(&previous.network_fence_client_status).unwrap_or(serde_json::Value::Null);
-    }
+    let clients = fence_clients.unwrap_or(previous.network_fence_client_status);
+    // An empty list is written too, so a class taken out of the annotation leaves the status.
+    status["networkFenceClientStatus"] = serde_json::to_value(&clients).unwrap_or(serde_json::Value::Null);
     ctx.apply_status(node, status).await
 }
 

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Prints the Rust target the shipped binaries (manager, sidecar) are built for: static musl when this
+# machine can build it, so no libc is mapped beside the binary (about 1.5 MiB of RSS) and musl's
+# compact allocator holds less than glibc's; the host's glibc target otherwise, with a warning.
+# Building for musl needs the target (`rustup target add x86_64-unknown-linux-musl`) and a C
+# compiler for it (`musl-gcc`, Debian's musl-tools) for ring's C and assembly.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$here/lib.sh"
+arch=$(uname -m)
+musl="$arch-unknown-linux-musl"
+if rustup target list --installed 2>/dev/null | grep -qx "$musl" && command -v musl-gcc >/dev/null; then
+  echo "$musl"
+else
+  log "static build unavailable (needs: rustup target add $musl; apt-get install musl-tools): using glibc, RSS figures will be higher"
+  echo "$arch-unknown-linux-gnu"
+fi

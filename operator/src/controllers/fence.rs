@@ -1,0 +1,317 @@
+//! NetworkFence: fence or unfence CIDRs through the leader sidecar of the driver. fetch (class,
+//! leader) → validate (`fencing::validate`) → decide (`fencing::up_to_date`) → act (Fence or
+//! UnFence) → status and events. Unlike upstream: deleting a fence that may be applied unfences
+//! first (defect 5) and says what it waits for; the deprecated inline fields raise a Warning
+//! event (defect 10); passes come from spec (generation) and annotation changes, not from our own
+//! status writes, and a failed call is retried with a growing delay.
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use api::csiaddons::{FenceState, NetworkFence, NetworkFenceClass, OperationResult};
+use api::proto::internal::NetworkFenceRequest;
+use api::proto::internal::network_fence_client::NetworkFenceClient;
+use futures::Future;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector;
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::context::{Context, ReconcileError, condition, locked, set_condition};
+use crate::fencing::{
+    self, APPLIED_CONDITION, DELETE_WITHOUT_UNFENCE, DELETION_CONDITION, FENCE_SUCCEEDED, FINALIZER, FenceRequest,
+    NETWORK_FENCE, UNFENCE_SUCCEEDED,
+};
+use crate::pool::Connection;
+
+const NAME: &str = "networkfence";
+/// Upstream's timeout of a fence or unfence call.
+const CALL_TIMEOUT: Duration = Duration::from_secs(180);
+/// A fence whose driver has no sidecar in the watched namespace is looked at again this often.
+const OUT_OF_SCOPE_RECHECK: Duration = Duration::from_secs(30);
+
+pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
+    let (store, writer) = reflector::store();
+    // Our own status writes change neither the generation nor the annotations: no pass for them.
+    let changes = watcher(Api::<NetworkFence>::all(ctx.client.clone()), super::list_config())
+        .default_backoff()
+        .modify(|fence| fence.metadata.managed_fields = None)
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(spec_or_annotations, Default::default());
+    ctx.caches.follow(NAME, store.clone());
+    super::run_controller(Controller::for_stream(changes, store), ctx, NAME, stop, reconcile).await;
+}
+
+fn spec_or_annotations(fence: &NetworkFence) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    fence.metadata.generation.hash(&mut hasher);
+    fence.metadata.deletion_timestamp.is_some().hash(&mut hasher);
+    fence.annotations().get(DELETE_WITHOUT_UNFENCE).hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// Where a fence goes: the driver, and the class's parameters when it names one.
+struct Target {
+    driver: String,
+    class: Option<fencing::ClassParameters>,
+}
+
+/// Why the leader sidecar could not be reached or the call failed: the status message.
+type Blocked = (&'static str, String);
+
+async fn reconcile(fence: Arc<NetworkFence>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    if fence.metadata.deletion_timestamp.is_some() {
+        return delete(&ctx, &fence).await;
+    }
+    if let Err(message) = fencing::validate(&fence.spec) {
+        return fail(&ctx, &fence, "InvalidSpec", message, None).await;
+    }
+    if fencing::up_to_date(&fence) {
+        return Ok(Action::await_change());
+    }
+    let target = match target(&ctx, &fence).await {
+        Ok(target) => target,
+        Err((reason, message)) => return fail(&ctx, &fence, reason, message, Some(retry_delay(&ctx, &fence))).await,
+    };
+    if out_of_scope(&ctx, &target.driver) {
+        return Ok(Action::requeue(OUT_OF_SCOPE_RECHECK));
+    }
+    let deprecated = fencing::deprecated_fields(&fence.spec);
+    if fence.spec.network_fence_class_name.is_none() && !deprecated.is_empty() {
+        let note = format!("{} deprecated: name a NetworkFenceClass instead", deprecated.join(", "));
+        ctx.event(fence.as_ref(), true, "DeprecatedFields", note).await;
+    }
+    let leader = match leader(&ctx, &target.driver).await {
+        Ok(leader) => leader,
+        Err((reason, message)) => return fail(&ctx, &fence, reason, message, Some(retry_delay(&ctx, &fence))).await,
+    };
+    super::set_finalizer(&ctx, fence.as_ref(), FINALIZER, true).await?;
+    let request = fencing::request(&fence.spec, target.class.as_ref());
+    let state = fence.spec.fence_state;
+    let started = Instant::now();
+    let answer = call(&ctx, &leader, state, request).await;
+    let kind = match state {
+        FenceState::Fenced => "NetworkFence/Fence",
+        FenceState::Unfenced => "NetworkFence/Unfence",
+    };
+    ctx.metrics.operation_duration.with_label_values(&[kind]).observe(started.elapsed().as_secs_f64());
+    let generation = fence.metadata.generation;
+    match answer {
+        Ok(()) => {
+            forget(&ctx, &fence);
+            ctx.metrics.operations.with_label_values(&[kind, "Succeeded"]).inc();
+            let (applied, reason, message) = match state {
+                FenceState::Fenced => (true, "Fenced", FENCE_SUCCEEDED),
+                FenceState::Unfenced => (false, "Unfenced", UNFENCE_SUCCEEDED),
+            };
+            let conditions = with_condition(&fence, condition(APPLIED_CONDITION, applied, reason, message, generation));
+            write_status(&ctx, &fence, OperationResult::Succeeded, message, conditions).await?;
+            let cidrs = fence.spec.cidrs.join(", ");
+            ctx.event(fence.as_ref(), false, reason, format!("{message}: {cidrs} through {}", leader.key())).await;
+            Ok(Action::await_change())
+        }
+        Err(message) => {
+            ctx.metrics.operations.with_label_values(&[kind, "Failed"]).inc();
+            let reason = match state {
+                FenceState::Fenced => "FenceFailed",
+                FenceState::Unfenced => "UnfenceFailed",
+            };
+            let delay = retry_delay(&ctx, &fence);
+            // A failed call may have done part of its work: the state at the driver is unknown.
+            let mut unknown = condition(APPLIED_CONDITION, false, reason, &message, generation);
+            unknown.status = "Unknown".into();
+            let conditions = with_condition(&fence, unknown);
+            write_status(&ctx, &fence, OperationResult::Failed, &message, conditions).await?;
+            ctx.event(fence.as_ref(), true, reason, message).await;
+            Ok(Action::requeue(delay))
+        }
+    }
+}
+
+/// Deletion: unfence first where the fence may be applied, then drop the finalizer.
+async fn delete(ctx: &Context, fence: &NetworkFence) -> Result<Action, ReconcileError> {
+    if !fence.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    if fence.annotations().get(DELETE_WITHOUT_UNFENCE).is_some_and(|v| v == "true") {
+        let note = format!(
+            "finalizer removed without unfencing ({DELETE_WITHOUT_UNFENCE}=true): {} may still be fenced at the driver",
+            fence.spec.cidrs.join(", ")
+        );
+        ctx.event(fence, true, "DeletedWithoutUnfence", note).await;
+        forget(ctx, fence);
+        super::set_finalizer(ctx, fence, FINALIZER, false).await?;
+        return Ok(Action::await_change());
+    }
+    if !fencing::maybe_applied(fence) {
+        forget(ctx, fence);
+        super::set_finalizer(ctx, fence, FINALIZER, false).await?;
+        return Ok(Action::await_change());
+    }
+    let blocked = async {
+        let target = target(ctx, fence).await?;
+        if out_of_scope(ctx, &target.driver) {
+            return Err(("OutOfScope", String::new()));
+        }
+        let leader = leader(ctx, &target.driver).await?;
+        let request = fencing::request(&fence.spec, target.class.as_ref());
+        let started = Instant::now();
+        let answer = call(ctx, &leader, FenceState::Unfenced, request).await;
+        let kind = "NetworkFence/Unfence";
+        ctx.metrics.operation_duration.with_label_values(&[kind]).observe(started.elapsed().as_secs_f64());
+        let result = if answer.is_ok() { "Succeeded" } else { "Failed" };
+        ctx.metrics.operations.with_label_values(&[kind, result]).inc();
+        answer.map_err(|message| ("UnfenceFailed", message))?;
+        Ok::<_, Blocked>(leader)
+    }
+    .await;
+    match blocked {
+        Ok(leader) => {
+            let note = format!(
+                "{UNFENCE_SUCCEEDED} before deletion: {} through {}",
+                fence.spec.cidrs.join(", "),
+                leader.key()
+            );
+            ctx.event(fence, false, "Unfenced", note).await;
+            forget(ctx, fence);
+            super::set_finalizer(ctx, fence, FINALIZER, false).await?;
+            Ok(Action::await_change())
+        }
+        Err(("OutOfScope", _)) => Ok(Action::requeue(OUT_OF_SCOPE_RECHECK)),
+        Err((reason, why)) => {
+            let message = format!(
+                "waiting to unfence before deletion: {why} (to delete without unfencing, annotate it {DELETE_WITHOUT_UNFENCE}=true)"
+            );
+            let delay = retry_delay(ctx, fence);
+            let conditions =
+                with_condition(fence, condition(DELETION_CONDITION, true, reason, &message, fence.metadata.generation));
+            let status = fence.status.as_ref();
+            let result = status.and_then(|s| s.result).unwrap_or(OperationResult::Failed);
+            write_status(ctx, fence, result, status.and_then(|s| s.message.as_deref()).unwrap_or(""), conditions)
+                .await?;
+            ctx.event(fence, true, reason, message).await;
+            Ok(Action::requeue(delay))
+        }
+    }
+}
+
+/// The driver, from the class or the deprecated inline field.
+async fn target(ctx: &Context, fence: &NetworkFence) -> Result<Target, Blocked> {
+    let Some(class_name) = fence.spec.network_fence_class_name.as_deref().filter(|c| !c.is_empty()) else {
+        let driver = fence.spec.driver.clone().unwrap_or_default();
+        return Ok(Target { driver, class: None });
+    };
+    let class = Api::<NetworkFenceClass>::all(ctx.client.clone())
+        .get_opt(class_name)
+        .await
+        .map_err(|e| ("ClassUnreadable", format!("reading NetworkFenceClass {class_name}: {e}")))?
+        .ok_or_else(|| ("ClassNotFound", format!("NetworkFenceClass {class_name} not found")))?;
+    let parameters = fencing::class_parameters(class.spec.parameters.as_ref())
+        .map_err(|why| ("InvalidClass", format!("NetworkFenceClass {class_name}: {why}")))?;
+    Ok(Target { driver: class.spec.provisioner, class: Some(parameters) })
+}
+
+/// The leader sidecar of `driver`, which must offer fencing.
+async fn leader(ctx: &Context, driver: &str) -> Result<Arc<Connection>, Blocked> {
+    let leader = ctx.pool.leader(&ctx.client, driver).await.map_err(|e| ("NoLeaderSidecar", e.to_string()))?;
+    if !leader.offers(NETWORK_FENCE) {
+        return Err((
+            "NotSupported",
+            format!("the leader sidecar {} of driver {driver} does not offer {NETWORK_FENCE}", leader.key()),
+        ));
+    }
+    Ok(leader)
+}
+
+/// With `--watch-namespace`, a cluster-scoped fence is this manager's only when its driver has a
+/// sidecar in that namespace (another manager may serve the driver).
+fn out_of_scope(ctx: &Context, driver: &str) -> bool {
+    ctx.watch_namespace.as_ref().is_some_and(|namespace| !ctx.pool.namespaces_of(driver).contains(namespace))
+}
+
+async fn call(ctx: &Context, leader: &Connection, state: FenceState, request: FenceRequest) -> Result<(), String> {
+    let message = NetworkFenceRequest {
+        parameters: request.parameters.into_iter().collect(),
+        secret_name: request.secret_name,
+        secret_namespace: request.secret_namespace,
+        cidrs: request.cidrs,
+    };
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(CALL_TIMEOUT);
+    let mut client = NetworkFenceClient::new(leader.channel.clone());
+    let started = Instant::now();
+    let (method, answer) = match state {
+        FenceState::Fenced => ("NetworkFence/FenceClusterNetwork", client.fence_cluster_network(request).await),
+        FenceState::Unfenced => ("NetworkFence/UnFenceClusterNetwork", client.un_fence_cluster_network(request).await),
+    };
+    let code = answer.as_ref().map_or_else(tonic::Status::code, |_| tonic::Code::Ok);
+    ctx.metrics.observe_rpc(method, code, started.elapsed().as_secs_f64());
+    answer.map(|_| ()).map_err(|s| format!("{method} through {}: {:?}: {}", leader.key(), s.code(), s.message()))
+}
+
+/// A Failed status with `message` and a Warning event; retried after `retry` (None: only a spec
+/// change helps).
+async fn fail(
+    ctx: &Context,
+    fence: &NetworkFence,
+    reason: &str,
+    message: String,
+    retry: Option<Duration>,
+) -> Result<Action, ReconcileError> {
+    let status = fence.status.as_ref();
+    if status.and_then(|s| s.message.as_deref()) != Some(message.as_str()) {
+        let conditions = status.map(|s| s.conditions.clone()).unwrap_or_default();
+        write_status(ctx, fence, OperationResult::Failed, &message, conditions).await?;
+        ctx.event(fence, true, reason, message).await;
+    }
+    Ok(retry.map_or_else(Action::await_change, Action::requeue))
+}
+
+fn with_condition(fence: &NetworkFence, next: Condition) -> Vec<Condition> {
+    let conditions = fence.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    set_condition(conditions, next)
+}
+
+async fn write_status(
+    ctx: &Context,
+    fence: &NetworkFence,
+    result: OperationResult,
+    message: &str,
+    conditions: Vec<Condition>,
+) -> Result<(), kube::Error> {
+    ctx.apply_status(fence, json!({"result": result, "message": message, "conditions": conditions})).await
+}
+
+/// 5 s after the first failure of this fence, doubling up to 5 minutes.
+fn retry_delay(ctx: &Context, fence: &NetworkFence) -> Duration {
+    let mut failures = locked(&ctx.operation_failures);
+    let count = failures.entry(fence.uid().unwrap_or_default()).or_insert(0);
+    let delay =
+        Duration::from_secs(5).saturating_mul(2u32.saturating_pow((*count).min(6))).min(Duration::from_secs(300));
+    *count = count.saturating_add(1);
+    delay
+}
+
+/// The fence is done with: its failure count goes.
+fn forget(ctx: &Context, fence: &NetworkFence) {
+    locked(&ctx.operation_failures).remove(&fence.uid().unwrap_or_default());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passes_follow_the_spec_and_the_force_annotation_only() {
+        let mut fence = NetworkFence::new("f", Default::default());
+        fence.metadata.generation = Some(1);
+        let first = spec_or_annotations(&fence);
+        fence.status = Some(Default::default());
+        assert_eq!(spec_or_annotations(&fence), first, "a status write is no reason for a pass");
+        fence.metadata.annotations = Some([(DELETE_WITHOUT_UNFENCE.to_owned(), "true".to_owned())].into());
+        assert_ne!(spec_or_annotations(&fence), first);
+    }
+}

@@ -1,0 +1,143 @@
+//! NetworkFenceClass: name the class in the `networkfenceclass-names` annotation of every
+//! CSIAddonsNode of its driver that can list fence clients (the CSIAddonsNode reconciler then
+//! fills `networkFenceClientStatus`), and take it out again when the class goes. fetch (class,
+//! the driver's CSIAddonsNodes) → validate (reserved parameters) → decide (`annotation_change`)
+//! → act (patch the annotations) → finalizer. Unlike upstream it honours
+//! `max-concurrent-reconciles` (defect 12).
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::csiaddons::{CSIADDONSNODE_FINALIZER, CSIAddonsNode, NetworkFenceClass};
+use futures::Future;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::context::{Context, ReconcileError};
+use crate::fencing::{self, CLASS_NAMES_ANNOTATION, GET_CLIENTS_TO_FENCE};
+
+const NAME: &str = "networkfenceclass";
+/// A CSIAddonsNode whose capabilities are not known yet is looked at again after this.
+const CAPABILITIES_PENDING: Duration = Duration::from_secs(10);
+
+pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
+    let (store, changes) = super::trimmed_watch(Api::<NetworkFenceClass>::all(ctx.client.clone()));
+    ctx.caches.follow(NAME, store.clone());
+    // A CSIAddonsNode that can list fence clients but lacks a class of its driver (a new sidecar,
+    // or an annotation edited by hand) brings that class back.
+    let nodes = watcher(ctx.watched::<CSIAddonsNode>(), super::list_config()).default_backoff().applied_objects();
+    let classes = store.clone();
+    let controller = Controller::for_stream(changes, store)
+        .watches_stream(nodes, move |node: CSIAddonsNode| missing_classes(&classes, &node));
+    super::run_controller(controller, ctx, NAME, stop, reconcile).await;
+}
+
+/// The classes of `node`'s driver its annotation should name but does not.
+fn missing_classes(classes: &Store<NetworkFenceClass>, node: &CSIAddonsNode) -> Vec<ObjectRef<NetworkFenceClass>> {
+    if !offers_clients(node) || node.metadata.deletion_timestamp.is_some() {
+        return Vec::new();
+    }
+    let named = fencing::class_names(node.annotations().get(CLASS_NAMES_ANNOTATION).map(String::as_str));
+    classes
+        .state()
+        .iter()
+        .filter(|c| c.spec.provisioner == node.spec.driver.name && !named.contains(&c.name_any()))
+        .map(|c| ObjectRef::from_obj(c.as_ref()))
+        .collect()
+}
+
+fn offers_clients(node: &CSIAddonsNode) -> bool {
+    node.status.as_ref().is_some_and(|s| s.capabilities.iter().any(|c| c == GET_CLIENTS_TO_FENCE))
+}
+
+/// The annotation's new value when `class` is to be named (`present`) or not; None when it
+/// already is so.
+pub fn annotation_change(current: Option<&str>, class: &str, present: bool) -> Option<String> {
+    let mut names = fencing::class_names(current);
+    let has = names.iter().any(|n| n == class);
+    if has == present && current.is_some_and(|c| serde_json::from_str::<Vec<String>>(c).is_ok()) {
+        return None;
+    }
+    if !present && !has {
+        return None;
+    }
+    names.retain(|n| n != class);
+    if present {
+        names.push(class.to_owned());
+    }
+    names.sort();
+    Some(serde_json::to_string(&names).unwrap_or_else(|_| "[]".into()))
+}
+
+async fn reconcile(class: Arc<NetworkFenceClass>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let name = class.name_any();
+    let deleting = class.metadata.deletion_timestamp.is_some();
+    let driver = &class.spec.provisioner;
+    let nodes: Vec<CSIAddonsNode> = ctx
+        .watched::<CSIAddonsNode>()
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|n| &n.spec.driver.name == driver)
+        .collect();
+    // With --watch-namespace, a class whose driver has no sidecar here is another manager's.
+    if ctx.watch_namespace.is_some() && nodes.is_empty() {
+        return Ok(Action::await_change());
+    }
+    if !deleting && let Err(why) = fencing::class_parameters(class.spec.parameters.as_ref()) {
+        // Parameters are immutable: only a new class helps.
+        ctx.event(class.as_ref(), true, "InvalidParameters", format!("NetworkFenceClass {name}: {why}")).await;
+        return Ok(Action::await_change());
+    }
+    if !deleting {
+        super::set_finalizer(&ctx, class.as_ref(), CSIADDONSNODE_FINALIZER, true).await?;
+    }
+    let mut pending = false;
+    for node in nodes.iter().filter(|n| n.metadata.deletion_timestamp.is_none()) {
+        let capabilities_known = node.status.as_ref().is_some_and(|s| !s.capabilities.is_empty());
+        if !deleting && !capabilities_known {
+            pending = true;
+            continue;
+        }
+        let present = !deleting && offers_clients(node);
+        let current = node.annotations().get(CLASS_NAMES_ANNOTATION).map(String::as_str);
+        if let Some(value) = annotation_change(current, &name, present) {
+            let patch = json!({"metadata": {
+                "annotations": {CLASS_NAMES_ANNOTATION: value},
+                "resourceVersion": node.resource_version(),
+            }});
+            let api = Api::<CSIAddonsNode>::namespaced(ctx.client.clone(), &node.namespace().unwrap_or_default());
+            match api.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    if deleting {
+        super::set_finalizer(&ctx, class.as_ref(), CSIADDONSNODE_FINALIZER, false).await?;
+        return Ok(Action::await_change());
+    }
+    Ok(if pending { Action::requeue(CAPABILITIES_PENDING) } else { Action::await_change() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_annotation_gains_and_loses_one_name_and_is_left_alone_when_right() {
+        assert_eq!(annotation_change(None, "a", true).as_deref(), Some(r#"["a"]"#));
+        assert_eq!(annotation_change(Some(r#"["b"]"#), "a", true).as_deref(), Some(r#"["a","b"]"#));
+        assert_eq!(annotation_change(Some(r#"["a","b"]"#), "a", true), None);
+        assert_eq!(annotation_change(Some(r#"["a","b"]"#), "a", false).as_deref(), Some(r#"["b"]"#));
+        assert_eq!(annotation_change(Some(r#"["b"]"#), "a", false), None);
+        assert_eq!(annotation_change(None, "a", false), None);
+        // Not a JSON array: rewritten when a class is added.
+        assert_eq!(annotation_change(Some("a"), "a", true).as_deref(), Some(r#"["a"]"#));
+    }
+}
