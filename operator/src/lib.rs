@@ -14,6 +14,7 @@ pub mod job;
 pub mod manager;
 pub mod metrics;
 pub mod pool;
+pub mod replication;
 pub mod schedule;
 pub mod secure_metrics;
 pub mod sidecar_client;

@@ -14,6 +14,7 @@ mod manager_fence;
 mod manager_harness;
 mod manager_jobs;
 mod manager_process;
+mod manager_replication;
 mod manager_schedules;
 mod manager_sidecar_client;
 mod recording_driver;

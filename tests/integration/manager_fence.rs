@@ -1,5 +1,6 @@
 //! NetworkFence and NetworkFenceClass end to end: the real manager process, the real sidecar
-//! process, and the reference driver, whose fence list is read back over its own socket.
+//! process, and the reference driver, whose fence list is read back over its own socket. The
+//! stage (driver, sidecar, manager) serves the replication suite too.
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -16,18 +17,18 @@ const NODE: &str = "node-f";
 /// The reference driver's node plugin registers itself as a fence client at this address.
 const NODE_IP: &str = "10.77.0.5";
 
-struct FenceStage {
-    client: kube::Client,
-    namespace: String,
-    driver_name: String,
-    driver: DriverProcess,
-    manager: Manager,
+pub struct FenceStage {
+    pub client: kube::Client,
+    pub namespace: String,
+    pub driver_name: String,
+    pub driver: DriverProcess,
+    pub manager: Manager,
     _sidecar: SidecarProcess,
     _identity: ManagerIdentity,
 }
 
 impl FenceStage {
-    async fn new(prefix: &str) -> Self {
+    pub async fn new(prefix: &str) -> Self {
         let cp = testenv::shared();
         let client = cp.client().await.unwrap();
         let namespace = cp.namespace(&client, prefix).await.unwrap();
@@ -112,7 +113,12 @@ impl FenceStage {
 }
 
 fn cluster(client: &kube::Client, kind: &str) -> Api<DynamicObject> {
-    let (group, version) = ("csiaddons.openshift.io", "v1alpha1");
+    cluster_of(client, "csiaddons.openshift.io", kind)
+}
+
+/// A cluster-scoped kind of `group` (v1alpha1).
+pub fn cluster_of(client: &kube::Client, group: &str, kind: &str) -> Api<DynamicObject> {
+    let version = "v1alpha1";
     let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
     let lower = kind.to_lowercase();
     let plural = if lower.ends_with("class") { format!("{lower}es") } else { format!("{lower}s") };

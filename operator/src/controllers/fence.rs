@@ -74,7 +74,9 @@ async fn reconcile(fence: Arc<NetworkFence>, ctx: Arc<Context>) -> Result<Action
     }
     let target = match target(&ctx, &fence).await {
         Ok(target) => target,
-        Err((reason, message)) => return fail(&ctx, &fence, reason, message, Some(retry_delay(&ctx, &fence))).await,
+        Err((reason, message)) => {
+            return fail(&ctx, &fence, reason, message, Some(super::retry_delay(&ctx, fence.as_ref()))).await;
+        }
     };
     if out_of_scope(&ctx, &target.driver) {
         return Ok(Action::requeue(OUT_OF_SCOPE_RECHECK));
@@ -86,7 +88,9 @@ async fn reconcile(fence: Arc<NetworkFence>, ctx: Arc<Context>) -> Result<Action
     }
     let leader = match leader(&ctx, &target.driver).await {
         Ok(leader) => leader,
-        Err((reason, message)) => return fail(&ctx, &fence, reason, message, Some(retry_delay(&ctx, &fence))).await,
+        Err((reason, message)) => {
+            return fail(&ctx, &fence, reason, message, Some(super::retry_delay(&ctx, fence.as_ref()))).await;
+        }
     };
     super::set_finalizer(&ctx, fence.as_ref(), FINALIZER, true).await?;
     let request = fencing::request(&fence.spec, target.class.as_ref());
@@ -119,7 +123,7 @@ async fn reconcile(fence: Arc<NetworkFence>, ctx: Arc<Context>) -> Result<Action
                 FenceState::Fenced => "FenceFailed",
                 FenceState::Unfenced => "UnfenceFailed",
             };
-            let delay = retry_delay(&ctx, &fence);
+            let delay = super::retry_delay(&ctx, fence.as_ref());
             // A failed call may have done part of its work: the state at the driver is unknown.
             let mut unknown = condition(APPLIED_CONDITION, false, reason, &message, generation);
             unknown.status = "Unknown".into();
@@ -185,7 +189,7 @@ async fn delete(ctx: &Context, fence: &NetworkFence) -> Result<Action, Reconcile
             let message = format!(
                 "waiting to unfence before deletion: {why} (to delete without unfencing, annotate it {DELETE_WITHOUT_UNFENCE}=true)"
             );
-            let delay = retry_delay(ctx, fence);
+            let delay = super::retry_delay(ctx, fence);
             let conditions =
                 with_condition(fence, condition(DELETION_CONDITION, true, reason, &message, fence.metadata.generation));
             let status = fence.status.as_ref();
@@ -283,16 +287,6 @@ async fn write_status(
     conditions: Vec<Condition>,
 ) -> Result<(), kube::Error> {
     ctx.apply_status(fence, json!({"result": result, "message": message, "conditions": conditions})).await
-}
-
-/// 5 s after the first failure of this fence, doubling up to 5 minutes.
-fn retry_delay(ctx: &Context, fence: &NetworkFence) -> Duration {
-    let mut failures = locked(&ctx.operation_failures);
-    let count = failures.entry(fence.uid().unwrap_or_default()).or_insert(0);
-    let delay =
-        Duration::from_secs(5).saturating_mul(2u32.saturating_pow((*count).min(6))).min(Duration::from_secs(300));
-    *count = count.saturating_add(1);
-    delay
 }
 
 /// The fence is done with: its failure count goes.

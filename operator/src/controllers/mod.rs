@@ -24,6 +24,7 @@ pub mod jobs;
 pub mod node;
 pub mod pvc;
 pub mod volume_health;
+pub mod volume_replication;
 
 /// How long after a failed pass an object is looked at again.
 const ERROR_RETRY: Duration = Duration::from_secs(5);
@@ -125,6 +126,7 @@ pub async fn run_all(ctx: Arc<Context>, volume_health_cleanup: bool, stop: watch
     tasks.spawn(node::run(ctx.clone(), stopped(stop.clone())));
     tasks.spawn(fence::run(ctx.clone(), stopped(stop.clone())));
     tasks.spawn(fence_class::run(ctx.clone(), stopped(stop.clone())));
+    tasks.spawn(volume_replication::run(ctx.clone(), stopped(stop.clone())));
     tasks.spawn(jobs::run::<api::csiaddons::ReclaimSpaceJob>(ctx.clone(), stopped(stop.clone())));
     tasks.spawn(jobs::run::<api::csiaddons::EncryptionKeyRotationJob>(ctx.clone(), stopped(stop.clone())));
     let (owners, owner_events) = tokio::sync::mpsc::unbounded_channel();
@@ -166,4 +168,16 @@ where
         Err(kube::Error::Api(s)) if s.code == 404 && !present => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// The wait before retrying `object` after a failed operation: 5 s after the first failure,
+/// doubling up to 5 minutes; the count lives in `operation_failures` until the object is done.
+pub fn retry_delay<K: Resource>(ctx: &Context, object: &K) -> Duration {
+    use kube::ResourceExt;
+    let mut failures = crate::context::locked(&ctx.operation_failures);
+    let count = failures.entry(object.uid().unwrap_or_default()).or_insert(0);
+    let delay =
+        Duration::from_secs(5).saturating_mul(2u32.saturating_pow((*count).min(6))).min(Duration::from_secs(300));
+    *count = count.saturating_add(1);
+    delay
 }

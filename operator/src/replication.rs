@@ -1,0 +1,381 @@
+//! What a VolumeReplication asks, decided without I/O: the class's parameters, the calls for a
+//! desired state, the conditions each outcome sets (upstream's types, reasons and messages), the
+//! info-poll interval, and PVC ownership between VolumeReplications and VolumeGroupReplications.
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use api::replication::{ObservedReplicationState, ReplicationState};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+use crate::context::{condition, set_condition};
+
+/// Upstream's finalizer on VolumeReplications.
+pub const VR_FINALIZER: &str = "replication.storage.openshift.io";
+/// Upstream's finalizer on a PVC a VolumeReplication replicates.
+pub const PVC_FINALIZER: &str = "replication.storage.openshift.io/pvc-protection";
+/// On a PVC: the VolumeReplication that replicates it.
+pub const VR_OWNER: &str = "replication.storage.openshift.io/volume-replication-name";
+/// On a PVC: the VolumeGroupReplication it is a member of.
+pub const VGR_OWNER: &str = "replication.storage.openshift.io/volume-group-replication-name";
+pub const VOLUME_REPLICATION: &str = "volume_replication.VOLUME_REPLICATION";
+pub const DESTINATION_INFO: &str = "volume_replication.GET_REPLICATION_DESTINATION_INFO";
+
+const RESERVED_PREFIX: &str = "replication.storage.openshift.io/";
+const SECRET_NAME: &str = "replication.storage.openshift.io/replication-secret-name";
+const SECRET_NAMESPACE: &str = "replication.storage.openshift.io/replication-secret-namespace";
+const GROUP_SECRET_NAME: &str = "replication.storage.openshift.io/group-replication-secret-name";
+const GROUP_SECRET_NAMESPACE: &str = "replication.storage.openshift.io/group-replication-secret-namespace";
+
+/// A replication class's parameters with the reserved keys taken out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClassParameters {
+    pub parameters: BTreeMap<String, String>,
+    pub secret: Option<(String, String)>,
+    pub group_secret: Option<(String, String)>,
+}
+
+/// Splits a class's parameters; only the four secret keys may use the reserved prefix.
+pub fn class_parameters(parameters: Option<&BTreeMap<String, String>>) -> Result<ClassParameters, String> {
+    let mut out = ClassParameters::default();
+    let mut reserved = BTreeMap::new();
+    for (key, value) in parameters.into_iter().flatten() {
+        if !key.starts_with(RESERVED_PREFIX) {
+            out.parameters.insert(key.clone(), value.clone());
+            continue;
+        }
+        if ![SECRET_NAME, SECRET_NAMESPACE, GROUP_SECRET_NAME, GROUP_SECRET_NAMESPACE].contains(&key.as_str()) {
+            return Err(format!("parameter {key} uses the reserved prefix {RESERVED_PREFIX} and is not a known key"));
+        }
+        if value.is_empty() {
+            return Err(format!("parameter {key} is empty"));
+        }
+        reserved.insert(key.as_str(), value.clone());
+    }
+    let pair = |name: &str, namespace: &str| match (reserved.get(name), reserved.get(namespace)) {
+        (Some(n), Some(ns)) => Ok(Some((n.clone(), ns.clone()))),
+        (None, None) => Ok(None),
+        _ => Err(format!("{name} and {namespace} must be set together")),
+    };
+    out.secret = pair(SECRET_NAME, SECRET_NAMESPACE)?;
+    out.group_secret = pair(GROUP_SECRET_NAME, GROUP_SECRET_NAMESPACE)?;
+    Ok(out)
+}
+
+/// A Go duration (`90s`, `5m`, `1h30m`, `1.5h`, `300ms`).
+pub fn parse_go_duration(text: &str) -> Option<Duration> {
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let number_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let number: f64 = rest[..number_end].parse().ok()?;
+        rest = &rest[number_end..];
+        let unit_end = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let seconds = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        rest = &rest[unit_end..];
+        total += number * seconds;
+    }
+    Duration::try_from_secs_f64(total).ok()
+}
+
+/// How often a primary's replication info is read: half the class's `schedulingInterval` (as
+/// is under 2 minutes); an hour when it is missing or unreadable, as upstream.
+pub fn info_interval(parameters: Option<&BTreeMap<String, String>>) -> Duration {
+    let interval = parameters.and_then(|p| p.get("schedulingInterval")).and_then(|t| parse_go_duration(t));
+    match interval {
+        Some(d) if d.is_zero() => Duration::from_secs(3600),
+        Some(d) if d < Duration::from_secs(120) => d,
+        Some(d) => d / 2,
+        None => Duration::from_secs(3600),
+    }
+}
+
+/// A duration as Go prints it (`1.5s`, `2m3s`, `1h0m0s`, `250ms`), as upstream's
+/// `lastSyncDuration`.
+pub fn go_duration_string(d: Duration) -> String {
+    let total = d.as_secs_f64();
+    if total < 1.0 {
+        if d.is_zero() {
+            return "0s".into();
+        }
+        let (value, unit) = if d.as_nanos() < 1_000 {
+            (d.as_nanos() as f64, "ns")
+        } else if d.as_nanos() < 1_000_000 {
+            (d.as_nanos() as f64 / 1e3, "µs")
+        } else {
+            (d.as_nanos() as f64 / 1e6, "ms")
+        };
+        return format!("{}{unit}", trim(value));
+    }
+    let hours = d.as_secs() / 3600;
+    let minutes = (d.as_secs() % 3600) / 60;
+    let seconds = (d.as_secs() % 60) as f64 + f64::from(d.subsec_nanos()) / 1e9;
+    match (hours, minutes) {
+        (0, 0) => format!("{}s", trim(seconds)),
+        (0, m) => format!("{m}m{}s", trim(seconds)),
+        (h, m) => format!("{h}h{m}m{}s", trim(seconds)),
+    }
+}
+
+fn trim(value: f64) -> String {
+    let text = format!("{value:.9}");
+    text.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+/// A call to the sidecar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call {
+    Enable,
+    Promote,
+    Demote,
+    Resync { force: bool },
+}
+
+/// The calls that bring the volume from `current` to `desired`, as upstream: enable and promote a
+/// volume that is not primary yet; demote a volume that is not secondary yet (the first pass of a
+/// secondary), then keep demoting and resyncing; resync with force when asked to.
+pub fn plan(desired: ReplicationState, current: Option<ObservedReplicationState>, auto_resync: bool) -> Vec<Call> {
+    match desired {
+        ReplicationState::Primary if current == Some(ObservedReplicationState::Primary) => Vec::new(),
+        ReplicationState::Primary => vec![Call::Enable, Call::Promote],
+        ReplicationState::Secondary if current != Some(ObservedReplicationState::Secondary) => vec![Call::Demote],
+        ReplicationState::Secondary => vec![Call::Demote, Call::Resync { force: auto_resync }],
+        ReplicationState::Resync => vec![Call::Resync { force: true }],
+    }
+}
+
+/// The state and message a successful pass reports.
+pub fn reported(desired: ReplicationState) -> (ObservedReplicationState, &'static str) {
+    match desired {
+        ReplicationState::Primary => (ObservedReplicationState::Primary, "volume is marked primary"),
+        ReplicationState::Secondary => (ObservedReplicationState::Secondary, "volume is marked secondary"),
+        ReplicationState::Resync => (ObservedReplicationState::Secondary, "volume is marked for resyncing"),
+    }
+}
+
+/// "volume" or "volume group", the prefix of every condition message.
+pub fn subject(source_kind: &str) -> &'static str {
+    if source_kind == "VolumeGroupReplication" { "volume group" } else { "volume" }
+}
+
+/// Conditions after promoting.
+pub fn promoted(conditions: &[Condition], subject: &str, generation: Option<i64>) -> Vec<Condition> {
+    let set = [
+        ("Completed", true, "Promoted", "is promoted to primary and replicating to secondary"),
+        ("Degraded", false, "Healthy", "is healthy"),
+        ("Resyncing", false, "NotResyncing", "is not resyncing"),
+        ("Validated", true, "PrerequisiteMet", "is validated and met all prerequisites"),
+    ];
+    apply(conditions, subject, generation, &set)
+}
+
+/// Conditions after demoting (a secondary is degraded until a resync reports it ready).
+pub fn demoted(conditions: &[Condition], subject: &str, generation: Option<i64>) -> Vec<Condition> {
+    let set = [
+        ("Completed", true, "Demoted", "is demoted to secondary"),
+        ("Degraded", true, "VolumeDegraded", "is degraded"),
+        ("Resyncing", false, "NotResyncing", "is not resyncing"),
+    ];
+    let mut out = apply(conditions, subject, generation, &set);
+    out.retain(|c| c.type_ != "Replicating");
+    out
+}
+
+/// Conditions after a resync: still resyncing, or done (`ready`).
+pub fn resynced(conditions: &[Condition], subject: &str, generation: Option<i64>, ready: bool) -> Vec<Condition> {
+    let set: &[(&str, bool, &str, &str)] = if ready {
+        &[
+            ("Completed", true, "Demoted", "is demoted to secondary"),
+            ("Degraded", false, "Healthy", "is healthy"),
+            ("Resyncing", false, "NotResyncing", "is not resyncing"),
+        ]
+    } else {
+        &[
+            ("Completed", true, "Demoted", "is demoted to secondary"),
+            ("Degraded", true, "VolumeDegraded", "is degraded"),
+            ("Resyncing", true, "ResyncTriggered", "is resyncing changes from primary to secondary"),
+        ]
+    };
+    let mut out = apply(conditions, subject, generation, set);
+    out.retain(|c| c.type_ != "Replicating");
+    out
+}
+
+/// Conditions after a failed call, with the driver's words.
+pub fn failed(
+    conditions: &[Condition],
+    subject: &str,
+    generation: Option<i64>,
+    call: Call,
+    why: &str,
+) -> Vec<Condition> {
+    let (type_, reason, what) = match call {
+        Call::Enable | Call::Promote => ("Completed", "FailedToPromote", "failed to promote"),
+        Call::Demote => ("Completed", "FailedToDemote", "failed to demote"),
+        Call::Resync { .. } => ("Resyncing", "FailedToResync", "failed to resync"),
+    };
+    let message = format!("{subject} {what}: {why}");
+    let mut out = set_condition(conditions, condition(type_, false, reason, &message, generation));
+    out = set_condition(&out, condition("Degraded", true, "Error", &message, generation));
+    out
+}
+
+/// Conditions when the driver refuses to enable replication (FAILED_PRECONDITION).
+pub fn prerequisite_not_met(
+    conditions: &[Condition],
+    subject: &str,
+    generation: Option<i64>,
+    why: &str,
+) -> Vec<Condition> {
+    let message = format!("{subject} failed to meet prerequisite: {why}");
+    set_condition(conditions, condition("Validated", false, "PrerequisiteNotMet", &message, generation))
+}
+
+/// The `Replicating` condition from a replication info status (HEALTHY, DEGRADED, ERROR, else
+/// unknown).
+pub fn replicating(subject: &str, info_status: &str, detail: &str, generation: Option<i64>) -> Condition {
+    let (status, reason, what) = match info_status {
+        "HEALTHY" => ("True", "Replicating", "is replicating"),
+        "DEGRADED" | "ERROR" => ("False", "NotReplicating", "is not replicating"),
+        _ => ("Unknown", "Unknown", "replication status is unknown"),
+    };
+    let mut message = format!("{subject} {what}");
+    if !detail.is_empty() {
+        message.push_str(&format!(": {detail}"));
+    }
+    let mut next = condition("Replicating", true, reason, &message, generation);
+    next.status = status.into();
+    next
+}
+
+fn apply(
+    conditions: &[Condition],
+    subject: &str,
+    generation: Option<i64>,
+    set: &[(&str, bool, &str, &str)],
+) -> Vec<Condition> {
+    set.iter().fold(conditions.to_vec(), |out, (type_, status, reason, what)| {
+        set_condition(&out, condition(type_, *status, reason, &format!("{subject} {what}"), generation))
+    })
+}
+
+/// Why the PVC may not be replicated by VolumeReplication `vr`: replicated by another one, or a
+/// member of a VolumeGroupReplication (defect 22: both directions, whatever is already set).
+pub fn ownership_conflict(annotations: &BTreeMap<String, String>, vr: &str) -> Option<String> {
+    if let Some(owner) = annotations.get(VR_OWNER).filter(|o| o.as_str() != vr) {
+        return Some(format!("the PVC is already replicated by VolumeReplication {owner}"));
+    }
+    annotations.get(VGR_OWNER).map(|group| {
+        format!("the PVC is a member of VolumeGroupReplication {group}; a PVC is replicated by one VolumeReplication or one group, not both")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ObservedReplicationState as Observed;
+    use ReplicationState as Desired;
+
+    #[test]
+    fn the_plan_follows_upstreams_state_machine() {
+        assert_eq!(plan(Desired::Primary, None, false), [Call::Enable, Call::Promote]);
+        assert_eq!(plan(Desired::Primary, Some(Observed::Secondary), false), [Call::Enable, Call::Promote]);
+        assert!(plan(Desired::Primary, Some(Observed::Primary), false).is_empty());
+        assert_eq!(plan(Desired::Secondary, Some(Observed::Primary), true), [Call::Demote]);
+        assert_eq!(
+            plan(Desired::Secondary, Some(Observed::Secondary), true),
+            [Call::Demote, Call::Resync { force: true }]
+        );
+        assert_eq!(
+            plan(Desired::Secondary, Some(Observed::Secondary), false),
+            [Call::Demote, Call::Resync { force: false }]
+        );
+        assert_eq!(plan(Desired::Resync, Some(Observed::Secondary), false), [Call::Resync { force: true }]);
+    }
+
+    #[test]
+    fn go_durations_and_the_info_interval() {
+        assert_eq!(parse_go_duration("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_go_duration("1.5h"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_go_duration("300ms"), Some(Duration::from_millis(300)));
+        assert_eq!(parse_go_duration("5"), None);
+        assert_eq!(parse_go_duration("5x"), None);
+        let with = |v: &str| info_interval(Some(&[("schedulingInterval".to_owned(), v.to_owned())].into()));
+        assert_eq!(with("1m"), Duration::from_secs(60));
+        assert_eq!(with("10m"), Duration::from_secs(300));
+        assert_eq!(with("junk"), Duration::from_secs(3600));
+        assert_eq!(info_interval(None), Duration::from_secs(3600));
+        assert_eq!(go_duration_string(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(go_duration_string(Duration::from_secs(123)), "2m3s");
+        assert_eq!(go_duration_string(Duration::from_secs(3600)), "1h0m0s");
+        assert_eq!(go_duration_string(Duration::from_millis(250)), "250ms");
+        assert_eq!(go_duration_string(Duration::ZERO), "0s");
+    }
+
+    #[test]
+    fn reserved_parameters_become_secrets_and_unknown_ones_are_refused() {
+        let params: BTreeMap<String, String> = [
+            (SECRET_NAME.to_owned(), "s".to_owned()),
+            (SECRET_NAMESPACE.to_owned(), "ns".to_owned()),
+            ("mirroringMode".to_owned(), "snapshot".to_owned()),
+        ]
+        .into();
+        let split = class_parameters(Some(&params)).unwrap();
+        assert_eq!(split.secret, Some(("s".into(), "ns".into())));
+        assert_eq!(split.parameters.keys().collect::<Vec<_>>(), ["mirroringMode"]);
+        let bad: BTreeMap<String, String> =
+            [("replication.storage.openshift.io/other".to_owned(), "x".to_owned())].into();
+        assert!(class_parameters(Some(&bad)).unwrap_err().contains("not a known key"));
+        let half: BTreeMap<String, String> = [(SECRET_NAME.to_owned(), "s".to_owned())].into();
+        assert!(class_parameters(Some(&half)).unwrap_err().contains("set together"));
+    }
+
+    #[test]
+    fn conditions_carry_upstreams_reasons_and_messages() {
+        let promoted = promoted(&[], "volume", Some(1));
+        let completed = promoted.iter().find(|c| c.type_ == "Completed").unwrap();
+        assert_eq!((completed.reason.as_str(), completed.status.as_str()), ("Promoted", "True"));
+        assert_eq!(completed.message, "volume is promoted to primary and replicating to secondary");
+        let demoted = demoted(&promoted, "volume group", Some(2));
+        let degraded = demoted.iter().find(|c| c.type_ == "Degraded").unwrap();
+        assert_eq!(
+            (degraded.reason.as_str(), degraded.message.as_str()),
+            ("VolumeDegraded", "volume group is degraded")
+        );
+        let resyncing = resynced(&demoted, "volume", Some(2), false);
+        assert!(
+            resyncing.iter().any(|c| c.type_ == "Resyncing" && c.status == "True" && c.reason == "ResyncTriggered")
+        );
+        let failed = failed(&[], "volume", Some(3), Call::Promote, "RESOURCE_EXHAUSTED: full");
+        let completed = failed.iter().find(|c| c.type_ == "Completed").unwrap();
+        assert_eq!(completed.reason, "FailedToPromote");
+        assert_eq!(completed.message, "volume failed to promote: RESOURCE_EXHAUSTED: full");
+        assert_eq!(replicating("volume", "HEALTHY", "", None).status, "True");
+        assert_eq!(
+            replicating("volume", "DEGRADED", "slow link", None).message,
+            "volume is not replicating: slow link"
+        );
+        assert_eq!(replicating("volume", "UNKNOWN", "", None).status, "Unknown");
+    }
+
+    #[test]
+    fn a_pvc_belongs_to_one_replication_either_way() {
+        let owned_by =
+            |key: &str, value: &str| -> BTreeMap<String, String> { [(key.to_owned(), value.to_owned())].into() };
+        assert_eq!(ownership_conflict(&BTreeMap::new(), "vr1"), None);
+        assert_eq!(ownership_conflict(&owned_by(VR_OWNER, "vr1"), "vr1"), None);
+        assert!(ownership_conflict(&owned_by(VR_OWNER, "vr2"), "vr1").unwrap().contains("VolumeReplication vr2"));
+        assert!(ownership_conflict(&owned_by(VGR_OWNER, "g1"), "vr1").unwrap().contains("VolumeGroupReplication g1"));
+    }
+}
