@@ -17,6 +17,18 @@ pub const PVC_FINALIZER: &str = "replication.storage.openshift.io/pvc-protection
 pub const VR_OWNER: &str = "replication.storage.openshift.io/volume-replication-name";
 /// On a PVC: the VolumeGroupReplication it is a member of.
 pub const VGR_OWNER: &str = "replication.storage.openshift.io/volume-group-replication-name";
+/// On a VolumeGroupReplication, its member PVCs and its content while it exists.
+pub const VGR_FINALIZER: &str = "replication.storage.openshift.io/vgr-protection";
+/// On a VolumeGroupReplicationContent and the VolumeReplication of a group: `<namespace>/<name>`
+/// of the VolumeGroupReplication.
+pub const GROUP_REF: &str = "replication.storage.openshift.io/volumegroupref";
+/// On a VolumeGroupReplicationContent: the driver.
+pub const PROVISIONED_BY: &str = "replication.storage.openshift.io/provisioned-by";
+/// On a VolumeGroupReplication: its content.
+pub const CONTENT_NAME: &str = "replication.storage.openshift.io/volume-group-replication-content-name";
+pub const VOLUME_GROUP: &str = "volume_group.VOLUME_GROUP";
+/// The API group of the replication kinds.
+pub const GROUP_API: &str = "replication.storage.openshift.io";
 pub const VOLUME_REPLICATION: &str = "volume_replication.VOLUME_REPLICATION";
 pub const DESTINATION_INFO: &str = "volume_replication.GET_REPLICATION_DESTINATION_INFO";
 

@@ -11,6 +11,7 @@ mod driver_harness;
 mod driver_sanity;
 mod driver_volumes;
 mod manager_fence;
+mod manager_groups;
 mod manager_harness;
 mod manager_jobs;
 mod manager_process;

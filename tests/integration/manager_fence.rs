@@ -29,13 +29,20 @@ pub struct FenceStage {
 
 impl FenceStage {
     pub async fn new(prefix: &str) -> Self {
+        Self::with_flags(prefix, &[]).await
+    }
+
+    /// A stage whose manager gets `flags` too.
+    pub async fn with_flags(prefix: &str, flags: &[&str]) -> Self {
         let cp = testenv::shared();
         let client = cp.client().await.unwrap();
         let namespace = cp.namespace(&client, prefix).await.unwrap();
         let driver_name = format!("{namespace}.fence.csi-addons-rs.io");
         let driver = start_driver(&["--driver-name", &driver_name, "--node-ip", NODE_IP]);
         let identity = ManagerIdentity::new(&client, &namespace).await;
-        let manager = Manager::start(&namespace, &identity.kubeconfig(), &["--enable-auth=false"]);
+        let mut args = vec!["--enable-auth=false"];
+        args.extend(flags);
+        let manager = Manager::start(&namespace, &identity.kubeconfig(), &args);
         let pod = sidecar_pod(&client, &namespace, NODE, Workload::DaemonSet, "plugin").await;
         let sidecar = SidecarProcess::start(&pod, NODE, &driver.addons_endpoint, Serving::Plain, &[]);
         sidecar.wait_leader(true).await;

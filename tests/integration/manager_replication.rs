@@ -17,7 +17,7 @@ const VR_OWNER: &str = "replication.storage.openshift.io/volume-replication-name
 
 /// A PVC bound to a PV of the driver: a volume the driver really created (`real`), or a handle
 /// it does not know.
-async fn replicated_pvc(stage: &FenceStage, pvc: &str, real: bool) {
+pub async fn replicated_pvc(stage: &FenceStage, pvc: &str, real: bool) {
     let handle = if real {
         let channel = unix_channel(&stage.driver.endpoint).await.unwrap();
         let request = csi::CreateVolumeRequest {
@@ -53,7 +53,7 @@ async fn replicated_pvc(stage: &FenceStage, pvc: &str, real: bool) {
     set_phase(&stage.client, &stage.namespace, pvc, &pv, "Bound").await;
 }
 
-async fn create_class(stage: &FenceStage) -> String {
+pub async fn create_class(stage: &FenceStage) -> String {
     let name = format!("{}-vrc", stage.namespace);
     let class = json!({
         "apiVersion": format!("{GROUP}/v1alpha1"), "kind": "VolumeReplicationClass",
@@ -67,7 +67,7 @@ async fn create_class(stage: &FenceStage) -> String {
     name
 }
 
-fn replications(stage: &FenceStage) -> Api<DynamicObject> {
+pub fn replications(stage: &FenceStage) -> Api<DynamicObject> {
     let gvk = kube::api::GroupVersionKind::gvk(GROUP, "v1alpha1", "VolumeReplication");
     let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "volumereplications");
     Api::namespaced_with(stage.client.clone(), &stage.namespace, &resource)
@@ -83,7 +83,7 @@ async fn create_vr(stage: &FenceStage, name: &str, class: &str, pvc: &str, state
     replications(stage).create(&PostParams::default(), &serde_json::from_value(vr).unwrap()).await.unwrap();
 }
 
-fn condition(status: &serde_json::Value, type_: &str) -> (String, String) {
+pub fn condition(status: &serde_json::Value, type_: &str) -> (String, String) {
     let found = status["conditions"].as_array().and_then(|a| a.iter().find(|c| c["type"] == type_));
     let field = |f: &str| found.and_then(|c| c[f].as_str()).unwrap_or_default().to_owned();
     (field("status"), field("reason"))

@@ -43,6 +43,12 @@ const INTENDED: &[(&str, &str, &str)] = &[
     // Upstream marks these required *and* defaulted; the API server defaults before it validates,
     // so both behave the same. Ours keep a serde default so decoding never fails on them.
     ("CSIAddonsNode", ".status.retries", "failed connection attempts as a number (upstream: text in status.reason)"),
+    (
+        "VolumeGroupReplicationContent",
+        ".status.conditions",
+        "Ready with the driver's error (upstream: in its log only, kubernetes-csi-addons#1076)",
+    ),
+    ("VolumeGroupReplicationContent", ".status.conditions[]", "as above"),
     ("NetworkFence", ".spec.fenceState", "defaulted to Fenced; not listed as required"),
     ("VolumeReplication", ".spec.autoResync", "defaulted to false; not listed as required"),
     ("VolumeGroupReplication", ".spec.autoResync", "defaulted to false; not listed as required"),

@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{LocalObjectReference, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -150,4 +150,8 @@ pub struct VolumeGroupReplicationContentStatus {
     /// The group's ID on the replication destination, once known.
     #[serde(rename = "destinationVolumeGroupID", default, skip_serializing_if = "Option::is_none")]
     pub destination_volume_group_id: Option<String>,
+    /// `Ready`: whether the group exists at the driver with the listed volumes; when False, the
+    /// driver's error (ours: upstream keeps it in its log only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
 }

@@ -12,9 +12,8 @@ use api::proto::internal::NetworkFenceRequest;
 use api::proto::internal::network_fence_client::NetworkFenceClient;
 use futures::Future;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::runtime::Controller;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector;
-use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -32,14 +31,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(180);
 const OUT_OF_SCOPE_RECHECK: Duration = Duration::from_secs(30);
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
-    let (store, writer) = reflector::store();
     // Our own status writes change neither the generation nor the annotations: no pass for them.
-    let changes = watcher(Api::<NetworkFence>::all(ctx.client.clone()), super::list_config())
-        .default_backoff()
-        .modify(|fence| fence.metadata.managed_fields = None)
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(spec_or_annotations, Default::default());
+    let (store, changes) = super::spec_watch(Api::<NetworkFence>::all(ctx.client.clone()), spec_or_annotations);
     ctx.caches.follow(NAME, store.clone());
     super::run_controller(Controller::for_stream(changes, store), ctx, NAME, stop, reconcile).await;
 }

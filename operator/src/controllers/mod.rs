@@ -19,10 +19,13 @@ pub mod cronjobs;
 pub mod fence;
 pub mod fence_class;
 pub mod fence_clients;
+pub mod group_content;
+pub mod group_replication;
 pub mod job_kinds;
 pub mod jobs;
 pub mod node;
 pub mod pvc;
+pub mod replication_source;
 pub mod volume_health;
 pub mod volume_replication;
 
@@ -117,6 +120,19 @@ where
     (store, stream)
 }
 
+/// A trimmed watch (see `trimmed_watch`) whose stream of changed objects keeps only those whose
+/// `predicate` value changed: passes for spec changes, not for our own status writes.
+pub fn spec_watch<K>(
+    api: Api<K>,
+    predicate: fn(&K) -> Option<u64>,
+) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (store, stream) = trimmed_watch(api);
+    (store, stream.predicate_filter(predicate, Default::default()))
+}
+
 /// Runs every reconciler until `stop`.
 pub async fn run_all(ctx: Arc<Context>, volume_health_cleanup: bool, stop: watch::Receiver<bool>) {
     let stopped = |mut stop: watch::Receiver<bool>| async move {
@@ -127,6 +143,8 @@ pub async fn run_all(ctx: Arc<Context>, volume_health_cleanup: bool, stop: watch
     tasks.spawn(fence::run(ctx.clone(), stopped(stop.clone())));
     tasks.spawn(fence_class::run(ctx.clone(), stopped(stop.clone())));
     tasks.spawn(volume_replication::run(ctx.clone(), stopped(stop.clone())));
+    tasks.spawn(group_replication::run(ctx.clone(), stopped(stop.clone())));
+    tasks.spawn(group_content::run(ctx.clone(), stopped(stop.clone())));
     tasks.spawn(jobs::run::<api::csiaddons::ReclaimSpaceJob>(ctx.clone(), stopped(stop.clone())));
     tasks.spawn(jobs::run::<api::csiaddons::EncryptionKeyRotationJob>(ctx.clone(), stopped(stop.clone())));
     let (owners, owner_events) = tokio::sync::mpsc::unbounded_channel();
@@ -180,4 +198,12 @@ pub fn retry_delay<K: Resource>(ctx: &Context, object: &K) -> Duration {
         Duration::from_secs(5).saturating_mul(2u32.saturating_pow((*count).min(6))).min(Duration::from_secs(300));
     *count = count.saturating_add(1);
     delay
+}
+
+/// A predicate for `predicate_filter`: passes come from spec changes (generation) and the start
+/// of a deletion, not from our own status writes.
+pub fn generation_or_deletion<K: Resource>(object: &K) -> Option<u64> {
+    let meta = object.meta();
+    let generation = meta.generation.map_or(0, i64::unsigned_abs);
+    Some(generation.saturating_mul(2) + u64::from(meta.deletion_timestamp.is_some()))
 }

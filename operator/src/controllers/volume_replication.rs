@@ -8,23 +8,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use api::proto::internal::replication_client::ReplicationClient;
-use api::proto::internal::{self as pb, replication_source};
+use api::proto::internal::{self as pb, replication_source as wire};
 use api::replication::{ObservedReplicationState, ReplicationState, VolumeReplication, VolumeReplicationClass};
 use futures::Future;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Patch, PatchParams};
+use kube::runtime::Controller;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector;
-use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use super::replication_source::{self, Source};
 use crate::context::{Context, ReconcileError, condition, locked, set_condition};
 use crate::pool::Connection;
-use crate::replication::{
-    self as rep, Call, ClassParameters, DESTINATION_INFO, PVC_FINALIZER, VOLUME_REPLICATION, VR_FINALIZER, VR_OWNER,
-};
+use crate::replication::{self as rep, Call, ClassParameters, DESTINATION_INFO, VOLUME_REPLICATION, VR_FINALIZER};
 
 const NAME: &str = "volumereplication";
 const CALL_TIMEOUT: Duration = Duration::from_secs(180);
@@ -33,28 +29,16 @@ const SECONDARY_RECHECK: Duration = Duration::from_secs(15);
 const RESYNC_RECHECK: Duration = Duration::from_secs(30);
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
-    let (store, writer) = reflector::store();
-    // Passes come from spec changes and deletion (our status writes are not a reason) and from
-    // the requeues that poll a primary's info or a resync.
-    let changes = watcher(ctx.watched::<VolumeReplication>(), super::list_config())
-        .default_backoff()
-        .modify(|vr| vr.metadata.managed_fields = None)
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(
-            |vr: &VolumeReplication| {
-                let deleting = u64::from(vr.metadata.deletion_timestamp.is_some());
-                Some(vr.metadata.generation.map_or(0, i64::unsigned_abs) * 2 + deleting)
-            },
-            Default::default(),
-        );
+    // Passes come from spec changes and deletion, and from the requeues that poll a primary's
+    // info or a resync.
+    let (store, changes) = super::spec_watch(ctx.watched::<VolumeReplication>(), super::generation_or_deletion);
     ctx.caches.follow(NAME, store.clone());
     super::run_controller(Controller::for_stream(changes, store), ctx, NAME, stop, reconcile).await;
 }
 
 /// Everything a call needs.
 struct Volume {
-    pvc: PersistentVolumeClaim,
+    source: Source,
     handle: String,
     class: ClassParameters,
     info_interval: Duration,
@@ -105,11 +89,11 @@ async fn reconcile(vr: Arc<VolumeReplication>, ctx: Arc<Context>) -> Result<Acti
                 return fail(&ctx, &vr, Problem::retry("FailedToDisable", message)).await;
             }
         }
-        release(&ctx, &vr, Some(&volume.pvc)).await?;
+        release(&ctx, &vr, Some(&volume.source)).await?;
         return Ok(Action::await_change());
     }
     super::set_finalizer(&ctx, vr.as_ref(), VR_FINALIZER, true).await?;
-    claim(&ctx, &vr, &volume.pvc).await?;
+    replication_source::claim(&ctx, &vr, &volume.source).await?;
     act(&ctx, &vr, &volume).await
 }
 
@@ -123,47 +107,12 @@ async fn fetch(ctx: &Context, vr: &VolumeReplication) -> Result<Volume, Problem>
         .ok_or_else(|| Problem::retry("Error", format!("VolumeReplicationClass {class_name} not found")))?;
     let parameters = rep::class_parameters(class.spec.parameters.as_ref())
         .map_err(|why| Problem::permanent("Error", format!("VolumeReplicationClass {class_name}: {why}")))?;
-    let source = &vr.spec.data_source;
-    if source.kind != "PersistentVolumeClaim" || source.api_group.as_deref().is_some_and(|g| !g.is_empty()) {
-        return Err(Problem::permanent(
-            "Error",
-            format!(
-                "unsupported datasource {}/{}: this manager replicates PersistentVolumeClaims",
-                source.kind, source.name
-            ),
-        ));
-    }
-    let namespace = vr.namespace().unwrap_or_default();
-    let pvc = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &namespace)
-        .get_opt(&source.name)
-        .await
-        .map_err(|e| Problem::retry("Error", format!("reading PVC {namespace}/{}: {e}", source.name)))?
-        .ok_or_else(|| Problem::retry("Error", format!("PVC {namespace}/{} not found", source.name)))?;
-    if pvc.metadata.deletion_timestamp.is_some() && !pvc.finalizers().iter().any(|f| f == PVC_FINALIZER) {
-        let message = format!("PVC {namespace}/{} is being deleted: a terminating PVC is not replicated", source.name);
-        return Err(Problem::permanent("Error", message));
-    }
-    if let Some(conflict) = rep::ownership_conflict(pvc.annotations(), &vr.name_any()) {
-        return Err(Problem::retry("Error", format!("PVC {namespace}/{}: {conflict}", source.name)));
-    }
-    let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
-    let pv_name = pvc.spec.as_ref().and_then(|s| s.volume_name.clone()).filter(|_| bound);
-    let Some(pv_name) = pv_name else {
-        return Err(Problem::retry("Error", format!("PVC {namespace}/{} is not bound yet", source.name)));
-    };
-    let pv = Api::<PersistentVolume>::all(ctx.client.clone())
-        .get_opt(&pv_name)
-        .await
-        .map_err(|e| Problem::retry("Error", format!("reading PV {pv_name}: {e}")))?
-        .ok_or_else(|| Problem::retry("Error", format!("PV {pv_name} not found")))?;
-    let Some(csi) = pv.spec.and_then(|s| s.csi) else {
-        return Err(Problem::permanent("Error", format!("PV {pv_name} is not a CSI volume")));
-    };
     let driver = &class.spec.provisioner;
-    if &csi.driver != driver {
-        let message = format!("PV {pv_name} belongs to driver {}, the class to {driver}", csi.driver);
-        return Err(Problem::permanent("Error", message));
-    }
+    let (source, handle) = replication_source::fetch(ctx, vr, driver).await.map_err(|p| Problem {
+        reason: "Error",
+        message: p.message,
+        retry: p.transient.then_some(Duration::from_secs(30)),
+    })?;
     let leader = ctx.pool.leader(&ctx.client, driver).await.map_err(|e| Problem::retry("Error", e.to_string()))?;
     if !leader.offers(VOLUME_REPLICATION) {
         let message =
@@ -171,57 +120,20 @@ async fn fetch(ctx: &Context, vr: &VolumeReplication) -> Result<Volume, Problem>
         return Err(Problem::retry("Error", message));
     }
     Ok(Volume {
-        pvc,
-        handle: csi.volume_handle,
+        source,
+        handle,
         info_interval: rep::info_interval(class.spec.parameters.as_ref()),
         class: parameters,
         leader,
     })
 }
 
-/// Marks the PVC as this VolumeReplication's: owner annotation and `pvc-protection` finalizer.
-async fn claim(ctx: &Context, vr: &VolumeReplication, pvc: &PersistentVolumeClaim) -> Result<(), ReconcileError> {
-    let name = vr.name_any();
-    if pvc.annotations().get(VR_OWNER) == Some(&name) && pvc.finalizers().iter().any(|f| f == PVC_FINALIZER) {
-        return Ok(());
-    }
-    let mut finalizers: Vec<String> = pvc.finalizers().iter().filter(|f| *f != PVC_FINALIZER).cloned().collect();
-    finalizers.push(PVC_FINALIZER.to_owned());
-    let patch = json!({"metadata": {
-        "annotations": {VR_OWNER: name}, "finalizers": finalizers, "resourceVersion": pvc.resource_version(),
-    }});
-    patch_pvc(ctx, pvc, &patch).await
-}
-
-/// Undoes `claim` (when the PVC is ours) and drops the VolumeReplication's finalizer.
-async fn release(
-    ctx: &Context,
-    vr: &VolumeReplication,
-    pvc: Option<&PersistentVolumeClaim>,
-) -> Result<(), ReconcileError> {
-    if let Some(pvc) = pvc.filter(|p| p.annotations().get(VR_OWNER) == Some(&vr.name_any())) {
-        let finalizers: Vec<String> = pvc.finalizers().iter().filter(|f| *f != PVC_FINALIZER).cloned().collect();
-        let patch = json!({"metadata": {
-            "annotations": {VR_OWNER: null}, "finalizers": finalizers, "resourceVersion": pvc.resource_version(),
-        }});
-        patch_pvc(ctx, pvc, &patch).await?;
-    }
+/// Undoes the claim on the source and drops the VolumeReplication's finalizer.
+async fn release(ctx: &Context, vr: &VolumeReplication, source: Option<&Source>) -> Result<(), ReconcileError> {
+    replication_source::release(ctx, vr, source).await?;
     locked(&ctx.operation_failures).remove(&vr.uid().unwrap_or_default());
     super::set_finalizer(ctx, vr, VR_FINALIZER, false).await?;
     Ok(())
-}
-
-async fn patch_pvc(
-    ctx: &Context,
-    pvc: &PersistentVolumeClaim,
-    patch: &serde_json::Value,
-) -> Result<(), ReconcileError> {
-    let api = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &pvc.namespace().unwrap_or_default());
-    match api.patch(&pvc.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 fn timed<T>(message: T) -> tonic::Request<T> {
@@ -231,8 +143,12 @@ fn timed<T>(message: T) -> tonic::Request<T> {
 }
 
 fn source(volume: &Volume) -> Option<pb::ReplicationSource> {
-    let volume_source = replication_source::VolumeSource { volume_id: volume.handle.clone() };
-    Some(pb::ReplicationSource { r#type: Some(replication_source::Type::Volume(volume_source)) })
+    let source = if volume.source.is_group() {
+        wire::Type::VolumeGroup(wire::VolumeGroupSource { volume_group_id: volume.handle.clone() })
+    } else {
+        wire::Type::Volume(wire::VolumeSource { volume_id: volume.handle.clone() })
+    };
+    Some(pb::ReplicationSource { r#type: Some(source) })
 }
 
 fn secret(volume: &Volume) -> (String, String) {
@@ -448,7 +364,8 @@ async fn destination(
 ) -> Vec<Condition> {
     const TYPE: &str = "DestinationInfoAvailable";
     let generation = vr.metadata.generation;
-    if !volume.leader.offers(DESTINATION_INFO) {
+    // [main]: a group's destination is the content's business.
+    if !volume.leader.offers(DESTINATION_INFO) || volume.source.is_group() {
         return conditions;
     }
     let (secret_name, secret_namespace) = secret(volume);

@@ -1,0 +1,223 @@
+//! VolumeGroupReplicationContent: the group at the driver, through the leader sidecar that offers
+//! VOLUME_GROUP. fetch (class, owning group, leader) → decide (create, modify, or delete) → act
+//! (CreateVolumeGroup / ModifyVolumeGroupMembership / DeleteVolumeGroup) → spec (handle) and
+//! status (volumes, `Ready` with the driver's error — ours, so the group can show it).
+use std::sync::Arc;
+use std::time::Instant;
+
+use api::proto::internal::volume_group_controller_client::VolumeGroupControllerClient;
+use api::proto::internal::{CreateVolumeGroupRequest, DeleteVolumeGroupRequest, ModifyVolumeGroupMembershipRequest};
+use api::replication::{VolumeGroupReplication, VolumeGroupReplicationClass, VolumeGroupReplicationContent};
+use futures::Future;
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::ListParams;
+use kube::runtime::Controller;
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::replication_source::patch_merge;
+use crate::context::{Context, ReconcileError, condition, set_condition};
+use crate::pool::Connection;
+use crate::replication::{self as rep, CONTENT_NAME, VGR_FINALIZER, VOLUME_GROUP, VR_FINALIZER};
+
+const NAME: &str = "volumegroupreplicationcontent";
+
+pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
+    let contents = Api::<VolumeGroupReplicationContent>::all(ctx.client.clone());
+    let (store, changes) = super::spec_watch(contents, super::generation_or_deletion);
+    ctx.caches.follow(NAME, store.clone());
+    super::run_controller(Controller::for_stream(changes, store), ctx, NAME, stop, reconcile).await;
+}
+
+/// Everything a call needs.
+struct Group {
+    leader: Arc<Connection>,
+    parameters: std::collections::HashMap<String, String>,
+    secret: (String, String),
+}
+
+async fn reconcile(content: Arc<VolumeGroupReplicationContent>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let Some(owner) = content.spec.volume_group_replication_ref.clone() else {
+        return Ok(Action::await_change());
+    };
+    let (namespace, vgr_name) = (owner.namespace.unwrap_or_default(), owner.name.unwrap_or_default());
+    if ctx.watch_namespace.as_ref().is_some_and(|n| *n != namespace) {
+        return Ok(Action::await_change()); // another manager's group
+    }
+    let vgrs = Api::<VolumeGroupReplication>::namespaced(ctx.client.clone(), &namespace);
+    let vgr = vgrs.get_opt(&vgr_name).await?;
+    let deleting = content.metadata.deletion_timestamp.is_some();
+    if deleting && !content.finalizers().iter().any(|f| f == VGR_FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    if deleting && vgr.as_ref().is_some_and(|g| g.metadata.deletion_timestamp.is_none()) {
+        return Ok(Action::await_change()); // only the group's deletion takes its content away
+    }
+    if deleting && content.finalizers().iter().any(|f| f == VR_FINALIZER) {
+        return Err(ReconcileError::Transient(format!(
+            "VolumeGroupReplicationContent {}: its VolumeReplication still uses it",
+            content.name_any()
+        )));
+    }
+    let group = match connect(&ctx, &content).await {
+        Ok(group) => group,
+        Err(message) => return not_ready(&ctx, &content, "NoLeaderSidecar", message).await,
+    };
+    let handle = content.spec.volume_group_replication_handle.clone().filter(|h| !h.is_empty());
+    let mut client = VolumeGroupControllerClient::new(group.leader.channel.clone());
+    let (secret_name, secret_namespace) = group.secret.clone();
+    if deleting {
+        if let Some(id) = handle {
+            let empty = ModifyVolumeGroupMembershipRequest {
+                volume_group_id: id.clone(),
+                volume_ids: Vec::new(),
+                secret_name: secret_name.clone(),
+                secret_namespace: secret_namespace.clone(),
+                parameters: group.parameters.clone(),
+            };
+            let answer =
+                observed(&ctx, "VolumeGroup/ModifyVolumeGroupMembership", client.modify_volume_group_membership(empty))
+                    .await;
+            if let Err(message) = answer.map(|_| ()).or_else(not_found_is_done) {
+                return not_ready(&ctx, &content, "ModifyVolumeGroupFailed", message).await;
+            }
+            let request = DeleteVolumeGroupRequest { volume_group_id: id, secret_name, secret_namespace };
+            let answer = observed(&ctx, "VolumeGroup/DeleteVolumeGroup", client.delete_volume_group(request)).await;
+            if let Err(message) = answer.map(|_| ()).or_else(not_found_is_done) {
+                return not_ready(&ctx, &content, "DeleteVolumeGroupFailed", message).await;
+            }
+        }
+        if let Some(vgr) = vgr.as_ref().filter(|g| g.annotations().contains_key(CONTENT_NAME)) {
+            patch_merge(&ctx, vgr, &json!({"metadata": {"annotations": {CONTENT_NAME: null}}})).await?;
+        }
+        super::set_finalizer(&ctx, content.as_ref(), VGR_FINALIZER, false).await?;
+        return Ok(Action::await_change());
+    }
+    if let Some(vgr) = vgr.as_ref().filter(|g| g.annotations().get(CONTENT_NAME) != Some(&content.name_any())) {
+        patch_merge(&ctx, vgr, &json!({"metadata": {"annotations": {CONTENT_NAME: content.name_any()}}})).await?;
+    }
+    super::set_finalizer(&ctx, content.as_ref(), VGR_FINALIZER, true).await?;
+    let volume_ids = content.spec.source.volume_handles.clone();
+    match handle {
+        None => {
+            let request = CreateVolumeGroupRequest {
+                name: content.name_any(),
+                parameters: group.parameters.clone(),
+                secret_name,
+                secret_namespace,
+                volume_ids: volume_ids.clone(),
+            };
+            let created =
+                match observed(&ctx, "VolumeGroup/CreateVolumeGroup", client.create_volume_group(request)).await {
+                    Ok(answer) => answer.volume_group.unwrap_or_default(),
+                    Err(message) => return not_ready(&ctx, &content, "CreateVolumeGroupFailed", message).await,
+                };
+            let spec = json!({"spec": {
+                "volumeGroupReplicationHandle": created.volume_group_id,
+                "volumeGroupAttributes": created.volume_group_context,
+            }});
+            patch_merge(&ctx, content.as_ref(), &spec).await?;
+        }
+        Some(id) => {
+            let request = ModifyVolumeGroupMembershipRequest {
+                volume_group_id: id,
+                volume_ids: volume_ids.clone(),
+                secret_name,
+                secret_namespace,
+                parameters: group.parameters.clone(),
+            };
+            let answer = observed(
+                &ctx,
+                "VolumeGroup/ModifyVolumeGroupMembership",
+                client.modify_volume_group_membership(request),
+            )
+            .await;
+            if let Err(message) = answer {
+                return not_ready(&ctx, &content, "ModifyVolumeGroupFailed", message).await;
+            }
+        }
+    }
+    // The PVs of the group's volumes, by name (upstream lists every PV too).
+    let pvs = Api::<PersistentVolume>::all(ctx.client.clone()).list(&ListParams::default()).await?;
+    let mut mapping: Vec<(String, String)> = pvs
+        .items
+        .iter()
+        .filter_map(|pv| {
+            let handle = pv.spec.as_ref()?.csi.as_ref()?.volume_handle.clone();
+            volume_ids.contains(&handle).then(|| (pv.name_any(), handle))
+        })
+        .collect();
+    mapping.sort();
+    let conditions = with_ready(&content, true, "Ready", "the volume group holds the listed volumes");
+    let status = json!({
+        "persistentVolumeRefList": mapping.iter().map(|(name, _)| json!({"name": name})).collect::<Vec<_>>(),
+        "persistentVolumeMappingList": mapping.iter().map(|(name, handle)| json!({"name": name, "volumeHandle": handle})).collect::<Vec<_>>(),
+        "conditions": conditions,
+    });
+    ctx.apply_status(content.as_ref(), status).await?;
+    Ok(Action::await_change())
+}
+
+fn not_found_is_done(message: String) -> Result<(), String> {
+    if message.starts_with("NotFound") { Ok(()) } else { Err(message) }
+}
+
+/// The leader of the content's driver, and the class's parameters and group secret.
+async fn connect(ctx: &Context, content: &VolumeGroupReplicationContent) -> Result<Group, String> {
+    let class_name = &content.spec.volume_group_replication_class_name;
+    let class = Api::<VolumeGroupReplicationClass>::all(ctx.client.clone())
+        .get_opt(class_name)
+        .await
+        .map_err(|e| format!("reading VolumeGroupReplicationClass {class_name}: {e}"))?
+        .ok_or_else(|| format!("VolumeGroupReplicationClass {class_name} not found"))?;
+    let parameters = rep::class_parameters(class.spec.parameters.as_ref())
+        .map_err(|why| format!("VolumeGroupReplicationClass {class_name}: {why}"))?;
+    let driver = &content.spec.provisioner;
+    let leader = ctx.pool.leader(&ctx.client, driver).await.map_err(|e| e.to_string())?;
+    if !leader.offers(VOLUME_GROUP) {
+        return Err(format!("the leader sidecar {} of driver {driver} does not offer {VOLUME_GROUP}", leader.key()));
+    }
+    Ok(Group {
+        leader,
+        parameters: parameters.parameters.into_iter().collect(),
+        secret: parameters.group_secret.unwrap_or_default(),
+    })
+}
+
+/// A call's answer, its latency recorded; an error as `Code: message`.
+async fn observed<T>(
+    ctx: &Context,
+    method: &str,
+    call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, String> {
+    let started = Instant::now();
+    let answer = call.await;
+    let code = answer.as_ref().map_or_else(tonic::Status::code, |_| tonic::Code::Ok);
+    ctx.metrics.observe_rpc(method, code, started.elapsed().as_secs_f64());
+    let result = if answer.is_ok() { "Succeeded" } else { "Failed" };
+    ctx.metrics.operations.with_label_values(&[method, result]).inc();
+    answer.map(tonic::Response::into_inner).map_err(|s| format!("{:?}: {}", s.code(), s.message()))
+}
+
+fn with_ready(content: &VolumeGroupReplicationContent, ready: bool, reason: &str, message: &str) -> Vec<Condition> {
+    let conditions = content.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    set_condition(conditions, condition("Ready", ready, reason, message, content.metadata.generation))
+}
+
+/// `Ready=False` with the driver's words (the group shows them), a Warning event, a retry.
+async fn not_ready(
+    ctx: &Context,
+    content: &VolumeGroupReplicationContent,
+    reason: &str,
+    message: String,
+) -> Result<Action, ReconcileError> {
+    let previous = content.status.clone().unwrap_or_default();
+    let conditions = with_ready(content, false, reason, &message);
+    let mut status = json!(previous);
+    status["conditions"] = json!(conditions);
+    ctx.apply_status(content, status).await?;
+    ctx.event(content, true, reason, message).await;
+    Ok(Action::requeue(super::retry_delay(ctx, content)))
+}
