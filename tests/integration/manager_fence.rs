@@ -177,6 +177,9 @@ async fn a_fence_is_applied_lifted_and_lifted_again_before_its_deletion() {
     assert_eq!(status["result"], "Succeeded", "{status}");
     assert_eq!(condition(&status, "FenceApplied").map(|c| c["status"].clone()), Some(json!("True")), "{status}");
     assert!(stage.fenced().await.contains("10.77.0.0/24"));
+    let metrics = stage.manager.metrics_text().await;
+    let series = r#"csi_addons_operations_total{kind="NetworkFence/Fence",result="Succeeded"} 1"#;
+    assert!(metrics.lines().any(|l| l == series), "{series} in:\n{metrics}");
 
     set_state(&stage.fences(), &fence, "Unfenced").await;
     let status = stage.fence_says(&fence, "unfencing operation successful").await;

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::driver_harness::mount_capability;
 use crate::manager_fence::{FenceStage, cluster_of};
-use crate::manager_harness::set_phase;
+use crate::manager_harness::{Stage, bound_pvc, set_phase};
 use crate::support::unix_channel;
 
 const GROUP: &str = "replication.storage.openshift.io";
@@ -68,9 +68,7 @@ pub async fn create_class(stage: &FenceStage) -> String {
 }
 
 pub fn replications(stage: &FenceStage) -> Api<DynamicObject> {
-    let gvk = kube::api::GroupVersionKind::gvk(GROUP, "v1alpha1", "VolumeReplication");
-    let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "volumereplications");
-    Api::namespaced_with(stage.client.clone(), &stage.namespace, &resource)
+    dynamic_vr(&stage.client, &stage.namespace)
 }
 
 async fn create_vr(stage: &FenceStage, name: &str, class: &str, pvc: &str, state: &str) {
@@ -182,9 +180,23 @@ async fn a_driver_error_and_a_group_member_each_fail_with_a_clear_message() {
     assert!(message.contains("NotFound") && message.contains("not found"), "the driver's words: {status}");
     assert_eq!(condition(&status, "Degraded"), ("True".into(), "Error".into()), "{status}");
 
+    // A terminating PVC (held here by a finalizer of someone else's) is never replicated.
+    replicated_pvc(&stage, "leaving", true).await;
+    let pvcs = Api::<PersistentVolumeClaim>::namespaced(stage.client.clone(), &stage.namespace);
+    let hold = json!({"metadata": {"finalizers": ["example.com/hold"]}});
+    pvcs.patch("leaving", &PatchParams::default(), &Patch::Merge(&hold)).await.unwrap();
+    pvcs.delete("leaving", &DeleteParams::default()).await.unwrap();
+    create_vr(&stage, "leaving-vr", &class, "leaving", "primary").await;
+    let status = vr_status(&stage, "leaving-vr", "refused", |s| {
+        s["message"].as_str().is_some_and(|m| m.contains("a terminating PVC is not replicated"))
+    })
+    .await;
+    assert_eq!(status["state"], "Unknown", "{status}");
+    let release = json!({"metadata": {"finalizers": null}});
+    pvcs.patch("leaving", &PatchParams::default(), &Patch::Merge(&release)).await.unwrap();
+
     // A PVC that a VolumeGroupReplication owns is not taken by a VolumeReplication.
     replicated_pvc(&stage, "member", true).await;
-    let pvcs = Api::<PersistentVolumeClaim>::namespaced(stage.client.clone(), &stage.namespace);
     let patch = json!({"metadata": {"annotations": {"replication.storage.openshift.io/volume-group-replication-name": "group-1"}}});
     pvcs.patch("member", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     create_vr(&stage, "member-vr", &class, "member", "primary").await;
@@ -197,4 +209,61 @@ async fn a_driver_error_and_a_group_member_each_fail_with_a_clear_message() {
     );
     let pvc = pvcs.get("member").await.unwrap();
     assert!(!pvc.metadata.annotations.unwrap_or_default().contains_key(VR_OWNER), "the PVC was not claimed");
+}
+
+#[tokio::test]
+async fn a_sidecar_without_destination_info_means_not_supported_and_is_not_asked_again() {
+    let stage = Stage::new(
+        "vr-nodest",
+        &[
+            "service.CONTROLLER_SERVICE",
+            "volume_replication.VOLUME_REPLICATION",
+            "volume_replication.GET_REPLICATION_DESTINATION_INFO",
+        ],
+    )
+    .await;
+    let _sidecar = stage.sidecar("node-r").await;
+    // As upstream's v0.14.0 sidecar answers.
+    stage.driver.fail("get_replication_destination_info", tonic::Status::unimplemented("unknown method"));
+    bound_pvc(&stage.client, &stage.namespace, "data", &stage.driver_name, None, json!({})).await;
+    let class = format!("{}-vrc", stage.namespace);
+    let body = json!({
+        "apiVersion": format!("{GROUP}/v1alpha1"), "kind": "VolumeReplicationClass", "metadata": {"name": class},
+        "spec": {"provisioner": stage.driver_name, "parameters": {"schedulingInterval": "1s"}},
+    });
+    cluster_of(&stage.client, GROUP, "VolumeReplicationClass")
+        .create(&PostParams::default(), &serde_json::from_value(body).unwrap())
+        .await
+        .unwrap();
+    let vr = json!({
+        "apiVersion": format!("{GROUP}/v1alpha1"), "kind": "VolumeReplication", "metadata": {"name": "vr"},
+        "spec": {"volumeReplicationClass": class, "replicationState": "primary", "autoResync": false,
+                 "dataSource": {"kind": "PersistentVolumeClaim", "name": "data"}},
+    });
+    let api = dynamic_vr(&stage.client, &stage.namespace);
+    api.create(&PostParams::default(), &serde_json::from_value(vr).unwrap()).await.unwrap();
+    let mut status = json!(null);
+    for _ in 0..300 {
+        status = api.get("vr").await.unwrap().data["status"].clone();
+        if condition(&status, "DestinationInfoAvailable").1 == "NotSupported" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(condition(&status, "DestinationInfoAvailable"), ("False".into(), "NotSupported".into()), "{status}");
+    assert_eq!(status["state"], "Primary", "{status}");
+    assert_eq!(status["lastSyncBytes"], 4096, "replication info still read: {status}");
+    // The info is polled every second; the unsupported call is not repeated.
+    let polls = stage.driver.count("get_volume_replication_info");
+    stage
+        .manager
+        .eventually("three more info polls", async |_| stage.driver.count("get_volume_replication_info") >= polls + 3)
+        .await;
+    assert_eq!(stage.driver.count("get_replication_destination_info"), 1);
+}
+
+fn dynamic_vr(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
+    let gvk = kube::api::GroupVersionKind::gvk(GROUP, "v1alpha1", "VolumeReplication");
+    let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "volumereplications");
+    Api::namespaced_with(client.clone(), namespace, &resource)
 }

@@ -68,6 +68,12 @@ fn named_capability(name: &str) -> identity::Capability {
         "network_fence.NETWORK_FENCE" => {
             Type::NetworkFence(NetworkFence { r#type: network_fence::Type::NetworkFence as i32 })
         }
+        "volume_replication.VOLUME_REPLICATION" => {
+            Type::VolumeReplication(VolumeReplication { r#type: volume_replication::Type::VolumeReplication as i32 })
+        }
+        "volume_replication.GET_REPLICATION_DESTINATION_INFO" => Type::VolumeReplication(VolumeReplication {
+            r#type: volume_replication::Type::GetReplicationDestinationInfo as i32,
+        }),
         other => panic!("the recording driver does not know capability {other}"),
     };
     identity::Capability { r#type: Some(kind) }

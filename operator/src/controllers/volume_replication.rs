@@ -368,6 +368,12 @@ async fn destination(
     if !volume.leader.offers(DESTINATION_INFO) || volume.source.is_group() {
         return conditions;
     }
+    // Known not to be supported for this spec: not asked again at every info poll.
+    let unsupported =
+        |c: &&Condition| c.type_ == TYPE && c.reason == "NotSupported" && c.observed_generation == generation;
+    if conditions.iter().any(|c| unsupported(&c)) {
+        return conditions;
+    }
     let (secret_name, secret_namespace) = secret(volume);
     let request =
         pb::GetReplicationDestinationInfoRequest { secret_name, secret_namespace, replication_source: source(volume) };
