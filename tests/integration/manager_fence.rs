@@ -252,7 +252,7 @@ async fn a_fence_whose_class_is_gone_says_so_on_deletion_and_an_annotation_force
 }
 
 #[tokio::test]
-async fn an_invalid_fence_is_failed_with_upstreams_words_and_deleted_at_once() {
+async fn an_invalid_fence_fails_in_upstreams_words_and_the_deprecated_inline_form_warns() {
     let stage = FenceStage::new("fence-bad").await;
     let fence = format!("{}-c", stage.namespace);
     stage.create_fence(&fence, "no-such-class", "10.79.0.0/33").await;
@@ -266,5 +266,32 @@ async fn an_invalid_fence_is_failed_with_upstreams_words_and_deleted_at_once() {
     // Never applied: nothing to lift, so nothing holds the deletion.
     stage.fences().delete(&fence, &DeleteParams::default()).await.unwrap();
     stage.gone(&stage.fences(), &fence).await;
+    assert!(stage.fenced().await.is_empty());
+
+    // The deprecated inline form still works, and says it is deprecated.
+    let secret: k8s_openapi::api::core::v1::Secret =
+        serde_json::from_value(json!({"metadata": {"name": "fence-secret"}, "stringData": {"key": "value"}})).unwrap();
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(stage.client.clone(), &stage.namespace)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let inline = format!("{}-inline", stage.namespace);
+    let body = json!({
+        "apiVersion": "csiaddons.openshift.io/v1alpha1", "kind": "NetworkFence", "metadata": {"name": inline},
+        "spec": {"driver": stage.driver_name, "cidrs": ["10.79.1.0/24"], "fenceState": "Fenced",
+                 "secret": {"name": "fence-secret", "namespace": stage.namespace}},
+    });
+    stage.fences().create(&PostParams::default(), &serde_json::from_value(body).unwrap()).await.unwrap();
+    stage.fence_says(&inline, "fencing operation successful").await;
+    assert!(stage.fenced().await.contains("10.79.1.0/24"));
+    let events = Api::<k8s_openapi::api::core::v1::Event>::all(stage.client.clone());
+    let list = events.list(&ListParams::default()).await.unwrap();
+    let warning = list.items.iter().find(|e| {
+        e.involved_object.name.as_deref() == Some(inline.as_str()) && e.reason.as_deref() == Some("DeprecatedFields")
+    });
+    let note = warning.and_then(|e| e.message.clone()).unwrap_or_default();
+    assert!(note.starts_with("spec.driver, spec.secret deprecated"), "a Warning event: {note:?}");
+    stage.fences().delete(&inline, &DeleteParams::default()).await.unwrap();
+    stage.gone(&stage.fences(), &inline).await;
     assert!(stage.fenced().await.is_empty());
 }
