@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: all build test bench-sidecar bench-manager test-peers lint manifests check-manifests control-plane protos demo fmt clippy help
+.PHONY: all build test bench-sidecar bench-manager test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build
 
 all: build
 
@@ -18,7 +18,7 @@ build: ## Build every crate (debug)
 test: control-plane test-peers ## Run every test: unit tests, then the suites on a real kube-apiserver + etcd
 	# The suites run the project's binaries as real processes: build them first.
 	$(CARGO) build --workspace --bins --locked
-	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" CSI_SANITY="$$(hack/csi-sanity.sh)" $(CARGO) test --workspace --locked
+	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" CSI_SANITY="$$(hack/csi-sanity.sh)" KUSTOMIZE="$$(hack/kustomize.sh)" $(CARGO) test --workspace --locked
 
 bench-sidecar: control-plane ## Print our sidecar's RSS next to upstream's v0.14.0 sidecar (the image's build; builds upstream's once)
 	$(CARGO) build --profile sidecar --locked -p sidecar --bin csi-addons-sidecar --target $(SHIP_TARGET)
@@ -34,14 +34,27 @@ bench-manager: control-plane ## Annotation fan-out (N=1,000 and 10,000 PVCs): ou
 	CSI_ADDONS_MANAGER="$$PWD/target/$(SHIP_TARGET)/manager/csi-addons-manager" \
 	$(CARGO) test --locked -p integration-tests --test integration bench_manager -- --ignored --nocapture
 
+CONTAINER_ENGINE ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
+IMAGE_REGISTRY ?= ghcr.io/csi-addons-rs
+IMAGE_TAG ?= v$(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+
+docker-build: ## Build the manager and sidecar images (static binaries on scratch, non-root) with docker or podman
+	@if [ -z "$(CONTAINER_ENGINE)" ]; then echo "docker-build: no container engine found (docker or podman); set CONTAINER_ENGINE" >&2; exit 1; fi
+	$(CONTAINER_ENGINE) build -f build/manager.Dockerfile -t $(IMAGE_REGISTRY)/csi-addons-manager:$(IMAGE_TAG) .
+	$(CONTAINER_ENGINE) build -f build/sidecar.Dockerfile -t $(IMAGE_REGISTRY)/csi-addons-sidecar:$(IMAGE_TAG) .
+
+kustomize-build: ## Render config/default (kustomize built once from the Go module proxy)
+	@"$$(hack/kustomize.sh)" build config/default
+
 manifests: ## Regenerate config/crd/bases from the Rust types
 	$(CARGO) run -q --locked -p api --bin crdgen -- --dir config/crd/bases
 
 check-manifests: ## Fail if config/crd/bases differs from what the Rust types generate
 	$(CARGO) run -q --locked -p api --bin crdgen -- --dir config/crd/bases --check
 
-test-peers: ## Build (once, cached outside the clone) csi-sanity
+test-peers: ## Build (once, cached outside the clone) csi-sanity and kustomize
 	@hack/csi-sanity.sh >/dev/null
+	@hack/kustomize.sh >/dev/null
 
 control-plane: ## Build (once, cached outside the clone) etcd, kube-apiserver, kube-controller-manager, kubectl
 	@hack/control-plane.sh >/dev/null

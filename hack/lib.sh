@@ -36,3 +36,26 @@ go_wrapper_build() {
   rm -rf "$outdir"
   mv "$outdir.partial" "$outdir"
 }
+
+# cached_go_tool NAME VERSION MODULE PACKAGE ABOUT
+# Builds PACKAGE of MODULE@VERSION once into the cache (the binary named NAME), under a lock so
+# parallel callers wait for one build, and prints its path. ABOUT says how long it takes.
+cached_go_tool() {
+  local name=$1 version=$2 module=$3 package=$4 about=$5
+  command -v go >/dev/null || { log "Go is needed to build $name"; return 1; }
+  mkdir -p "$CSI_ADDONS_CACHE"
+  exec 9>"$CSI_ADDONS_CACHE/.$name.lock"
+  flock 9
+  local dir="$CSI_ADDONS_CACHE/$name-$version"
+  if [ ! -x "$dir/$name" ]; then
+    log "building $name $version into $dir ($about, once)"
+    GO_MOD_EDITS=()
+    go_wrapper_build "$dir" "$module@$version" "-s -w" "$package"
+    local built
+    built=$(basename "$package")
+    # go build names the binary after the package's last element (kustomize's is "v5").
+    [ "$built" = "$name" ] || mv "$dir/$built" "$dir/$name"
+  fi
+  echo "$dir/$name"
+}
+

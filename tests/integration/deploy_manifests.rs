@@ -54,19 +54,34 @@ async fn reference_driver_manifests_pass_a_server_side_dry_run() {
 
 /// POSTs `object` with `dryRun=All&fieldValidation=Strict` (namespaced objects into `ns`).
 async fn strict_dry_run(client: &kube::Client, ns: &str, mut object: DynamicObject) -> Result<String, kube::Error> {
+    let given = object.metadata.namespace.replace(ns.to_owned());
+    let (collection, namespaced) = collection_path(client, &object, ns).await?;
+    if !namespaced {
+        object.metadata.namespace = given;
+    }
+    let request = http::Request::post(format!("{collection}?dryRun=All&fieldValidation=Strict"))
+        .header("Content-Type", "application/json")
+        .body(serde_json::to_vec(&object).unwrap())
+        .unwrap();
+    client.request_text(request).await
+}
+
+/// The API path of `object`'s collection (in its namespace, else `ns`, when namespaced) and
+/// whether the kind is namespaced.
+pub async fn collection_path(
+    client: &kube::Client,
+    object: &DynamicObject,
+    ns: &str,
+) -> Result<(String, bool), kube::Error> {
     let types = object.types.clone().unwrap();
     let (group, version) = types.api_version.split_once('/').unwrap_or(("", &types.api_version));
     let gvk = GroupVersionKind::gvk(group, version, &types.kind);
     let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk).await?;
     let mut path = if group.is_empty() { format!("/api/{version}") } else { format!("/apis/{group}/{version}") };
-    if capabilities.scope == kube::discovery::Scope::Namespaced {
-        object.metadata.namespace = Some(ns.to_owned());
-        path.push_str(&format!("/namespaces/{ns}"));
+    let namespaced = capabilities.scope == kube::discovery::Scope::Namespaced;
+    if namespaced {
+        path.push_str(&format!("/namespaces/{}", object.metadata.namespace.as_deref().unwrap_or(ns)));
     }
-    path.push_str(&format!("/{}?dryRun=All&fieldValidation=Strict", resource.plural));
-    let request = http::Request::post(path)
-        .header("Content-Type", "application/json")
-        .body(serde_json::to_vec(&object).unwrap())
-        .unwrap();
-    client.request_text(request).await
+    path.push_str(&format!("/{}", resource.plural));
+    Ok((path, namespaced))
 }

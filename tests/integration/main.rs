@@ -18,6 +18,7 @@ mod manager_process;
 mod manager_replication;
 mod manager_schedules;
 mod manager_sidecar_client;
+mod packaging;
 mod recording_driver;
 mod sidecar_cli;
 mod sidecar_condition;

@@ -240,7 +240,10 @@ impl ManagerIdentity {
         }))
         .unwrap();
         Api::<ClusterRoleBinding>::all(client.clone()).create(&PostParams::default(), &binding).await.unwrap();
-        let election: Role = serde_json::from_value(read("leader_election_role.yaml")).unwrap();
+        let mut election = read("leader_election_role.yaml");
+        // config/ names kustomize's placeholder namespace; here it is the test's.
+        election["metadata"]["namespace"] = json!(namespace);
+        let election: Role = serde_json::from_value(election).unwrap();
         Api::<Role>::namespaced(client.clone(), namespace).create(&PostParams::default(), &election).await.unwrap();
         let binding: RoleBinding = serde_json::from_value(json!({
             "metadata": {"name": "leader-election"},

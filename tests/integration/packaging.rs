@@ -1,0 +1,163 @@
+//! The packaging under config/ and build/: `kustomize build config/default` renders what the
+//! manager needs, locked down, and every object passes a strict server-side dry-run apply; the
+//! ServiceMonitor scrapes a port the Service has; the Dockerfiles build static binaries that exist
+//! and run them as a non-root user on pinned bases.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DynamicObject, PostParams};
+use serde::Deserialize;
+
+use crate::deploy_manifests::collection_path;
+use crate::support::test_peer;
+
+const NAMESPACE: &str = "csi-addons-system";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn rendered() -> Vec<DynamicObject> {
+    let out = Command::new(test_peer("KUSTOMIZE", "kustomize.sh"))
+        .arg("build")
+        .arg(root().join("config/default"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "kustomize build config/default: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    serde_yaml::Deserializer::from_str(&text).map(|d| DynamicObject::deserialize(d).unwrap()).collect()
+}
+
+fn kind(object: &DynamicObject) -> &str {
+    object.types.as_ref().map_or("", |t| t.kind.as_str())
+}
+
+#[tokio::test]
+async fn config_default_renders_a_locked_down_manager_that_the_api_server_accepts() {
+    let objects = rendered();
+    let count = |k: &str| objects.iter().filter(|o| kind(o) == k).count();
+    assert_eq!(count("CustomResourceDefinition"), 12);
+    for (k, n) in [("Namespace", 1), ("ServiceAccount", 1), ("ClusterRole", 2), ("ClusterRoleBinding", 1)] {
+        assert_eq!(count(k), n, "{k}");
+    }
+    for k in ["Role", "RoleBinding", "Service", "Deployment", "NetworkPolicy"] {
+        assert_eq!(count(k), 1, "{k}");
+    }
+    for object in objects.iter().filter(|o| kind(o) != "CustomResourceDefinition") {
+        let name = object.metadata.name.as_deref().unwrap_or_default();
+        assert!(name.starts_with("csi-addons-"), "{} {name} lacks the prefix", kind(object));
+    }
+    // The Deployment: non-root, read-only root, no privilege escalation, no capabilities, seccomp.
+    let deployment = objects.iter().find(|o| kind(o) == "Deployment").unwrap();
+    let pod = &deployment.data["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(pod["serviceAccountName"], "csi-addons-controller-manager");
+    let container = &pod["containers"][0];
+    assert_eq!(container["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(container["securityContext"]["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    // The bindings name the prefixed roles and the ServiceAccount in the manager's namespace.
+    let binding = objects.iter().find(|o| kind(o) == "ClusterRoleBinding").unwrap();
+    assert_eq!(binding.data["roleRef"]["name"], "csi-addons-manager-role");
+    assert_eq!(binding.data["subjects"][0]["namespace"], NAMESPACE);
+
+    let cp = testenv::shared();
+    let client = cp.client().await.unwrap();
+    let namespace: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": NAMESPACE}})).unwrap();
+    match Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating {NAMESPACE}: {e}"),
+    }
+    for object in objects {
+        let what = format!("{} {:?}", kind(&object), object.metadata.name);
+        let applied = strict_dry_apply(&client, object).await;
+        assert!(applied.is_ok(), "{what} rejected: {applied:?}");
+    }
+}
+
+/// Server-side apply with `dryRun=All&fieldValidation=Strict` (objects that exist already, such
+/// as the CRDs the test control plane installed, are compared, not refused).
+async fn strict_dry_apply(client: &kube::Client, object: DynamicObject) -> Result<String, kube::Error> {
+    let (collection, _) = collection_path(client, &object, NAMESPACE).await?;
+    let name = object.metadata.name.clone().unwrap_or_default();
+    let query = "dryRun=All&fieldValidation=Strict&fieldManager=packaging-test&force=true";
+    let request = http::Request::patch(format!("{collection}/{name}?{query}"))
+        .header("Content-Type", "application/apply-patch+yaml")
+        .body(serde_json::to_vec(&object).unwrap())
+        .unwrap();
+    client.request_text(request).await
+}
+
+#[test]
+fn the_service_monitor_scrapes_a_port_the_metrics_service_has() {
+    let read = |file: &str| -> serde_yaml::Value {
+        serde_yaml::from_str(&std::fs::read_to_string(root().join(file)).unwrap()).unwrap()
+    };
+    let monitor = read("config/prometheus/monitor.yaml");
+    let service = read("config/rbac/metrics_service.yaml");
+    let port = monitor["spec"]["endpoints"][0]["port"].as_str().unwrap();
+    let names: Vec<&str> =
+        service["spec"]["ports"].as_sequence().unwrap().iter().filter_map(|p| p["name"].as_str()).collect();
+    assert!(names.contains(&port), "the ServiceMonitor scrapes {port:?}; the Service has {names:?}");
+    assert_eq!(
+        monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"],
+        "the monitor selects the Service"
+    );
+}
+
+/// What can be checked of a Dockerfile without an engine: every base pinned to a version (or
+/// scratch), a numeric non-root USER, and every binary copied out of the build stage is one the
+/// stage's `cargo build` makes, with a profile and a bin the workspace defines.
+fn check_dockerfile(path: &Path) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let what = path.display();
+    let bases: Vec<&str> =
+        text.lines().filter_map(|l| l.strip_prefix("FROM ")).map(|l| l.split_whitespace().next().unwrap()).collect();
+    assert!(bases.len() >= 2, "{what}: a build stage and a runtime stage");
+    for base in &bases {
+        let tag = base.rsplit_once(':').map(|(_, t)| t);
+        let pinned = *base == "scratch"
+            || base.contains("@sha256:")
+            || tag.is_some_and(|t| t.chars().next().is_some_and(|c| c.is_ascii_digit()));
+        assert!(pinned, "{what}: base {base} is not pinned to a version");
+    }
+    assert_eq!(*bases.last().unwrap(), "scratch", "{what}: the runtime stage is scratch");
+    let user =
+        text.lines().filter_map(|l| l.strip_prefix("USER ")).next_back().unwrap_or_else(|| panic!("{what}: no USER"));
+    let uid: u32 =
+        user.split(':').next().unwrap().parse().unwrap_or_else(|_| panic!("{what}: USER {user} is not numeric"));
+    assert_ne!(uid, 0, "{what}: runs as root");
+    let build = text.lines().find(|l| l.contains("cargo build")).unwrap_or_else(|| panic!("{what}: no cargo build"));
+    let words: Vec<&str> = build.split_whitespace().collect();
+    let after = |flag: &str| words.iter().position(|w| *w == flag).map(|i| words[i + 1]).unwrap();
+    let (profile, target) = (after("--profile"), after("--target"));
+    let built: Vec<&str> = words.windows(2).filter(|w| w[0] == "--bin").map(|w| w[1]).collect();
+    let cargo = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    assert!(cargo.contains(&format!("[profile.{profile}]")), "{what}: no profile {profile}");
+    let copies: Vec<&str> = text.lines().filter(|l| l.starts_with("COPY --from=build")).collect();
+    assert!(!copies.is_empty(), "{what}: copies nothing out of the build stage");
+    for copy in copies {
+        let source = copy.split_whitespace().nth(2).unwrap();
+        let bin = source.rsplit('/').next().unwrap();
+        assert_eq!(source, format!("/src/target/{target}/{profile}/{bin}"), "{what}: {copy}");
+        assert!(built.contains(&bin), "{what}: {bin} is copied but not built");
+        let declared = ["operator/Cargo.toml", "sidecar/Cargo.toml"]
+            .iter()
+            .any(|m| std::fs::read_to_string(root().join(m)).unwrap().contains(&format!("name = \"{bin}\"")));
+        assert!(declared, "{what}: no [[bin]] {bin} in the workspace");
+    }
+}
+
+#[test]
+fn the_dockerfiles_run_static_binaries_as_non_root_on_pinned_bases() {
+    for file in ["build/manager.Dockerfile", "build/sidecar.Dockerfile"] {
+        check_dockerfile(&root().join(file));
+    }
+    let ignore = std::fs::read_to_string(root().join(".dockerignore")).unwrap();
+    assert!(ignore.lines().any(|l| l == "target/"), "the build context leaves target/ out");
+}
