@@ -18,15 +18,43 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn rendered() -> Vec<DynamicObject> {
+/// `kustomize build config/<dir>`.
+fn kustomize(dir: &str) -> String {
     let out = Command::new(test_peer("KUSTOMIZE", "kustomize.sh"))
         .arg("build")
-        .arg(root().join("config/default"))
+        .arg(root().join("config").join(dir))
         .output()
         .unwrap();
-    assert!(out.status.success(), "kustomize build config/default: {}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
-    serde_yaml::Deserializer::from_str(&text).map(|d| DynamicObject::deserialize(d).unwrap()).collect()
+    assert!(out.status.success(), "kustomize build config/{dir}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn objects(text: &str) -> Vec<DynamicObject> {
+    serde_yaml::Deserializer::from_str(text).map(|d| DynamicObject::deserialize(d).unwrap()).collect()
+}
+
+fn rendered() -> Vec<DynamicObject> {
+    objects(&kustomize("default"))
+}
+
+/// The release YAMLs under deploy/controller/ with the overlay that renders each.
+const RELEASE: [(&str, &str); 3] = [("crds", "crds.yaml"), ("rbac", "rbac.yaml"), ("setup", "setup-controller.yaml")];
+
+#[test]
+fn the_release_yamls_are_what_config_renders() {
+    let mut kinds = Vec::new();
+    for (overlay, file) in RELEASE {
+        let committed = std::fs::read_to_string(root().join("deploy/controller").join(file)).unwrap();
+        let body = committed.split_once('\n').map(|(_, rest)| rest).unwrap_or_default();
+        let fresh = kustomize(&format!("release/{overlay}"));
+        assert!(body == fresh, "deploy/controller/{file} is stale: run `make deploy-yamls`");
+        kinds.extend(objects(body).iter().map(|o| format!("{} {:?}", kind(o), o.metadata.name)));
+    }
+    // Together they are config/default, nothing lost or doubled.
+    let mut all: Vec<String> = rendered().iter().map(|o| format!("{} {:?}", kind(o), o.metadata.name)).collect();
+    all.sort();
+    kinds.sort();
+    assert_eq!(kinds, all);
 }
 
 fn kind(object: &DynamicObject) -> &str {
@@ -73,10 +101,88 @@ async fn config_default_renders_a_locked_down_manager_that_the_api_server_accept
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => panic!("creating {NAMESPACE}: {e}"),
     }
-    for object in objects {
+    // The ServiceMonitor and the alerts, once the Prometheus Operator's CRDs are there.
+    install_prometheus_crds(&client).await;
+    let mut prometheus = self::objects(&kustomize("prometheus"));
+    assert_eq!(prometheus.iter().map(kind).collect::<Vec<_>>(), ["PrometheusRule", "ServiceMonitor"]);
+    for object in objects.into_iter().chain(prometheus.drain(..)) {
         let what = format!("{} {:?}", kind(&object), object.metadata.name);
         let applied = strict_dry_apply(&client, object).await;
         assert!(applied.is_ok(), "{what} rejected: {applied:?}");
+    }
+}
+
+/// The ServiceMonitor and PrometheusRule CRDs (hack/prometheus-crds.sh), installed and served.
+async fn install_prometheus_crds(client: &kube::Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let dir = test_peer("PROMETHEUS_CRDS", "prometheus-crds.sh");
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    for file in ["monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml"] {
+        let crd: CustomResourceDefinition =
+            serde_yaml::from_str(&std::fs::read_to_string(dir.join(file)).unwrap()).unwrap();
+        let name = crd.metadata.name.clone().unwrap();
+        match crds.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("installing {file}: {e}"),
+        }
+        let established = kube::runtime::wait::conditions::is_crd_established();
+        let wait = kube::runtime::wait::await_condition(crds.clone(), &name, established);
+        tokio::time::timeout(std::time::Duration::from_secs(30), wait).await.unwrap().unwrap();
+    }
+}
+
+/// The series names an expression uses (ours and controller-runtime's), histogram suffixes off.
+fn series(expr: &str) -> Vec<String> {
+    expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| {
+            ["csi_addons_", "controller_runtime_", "leader_election_", "workqueue_"].iter().any(|p| w.starts_with(p))
+        })
+        .map(|w| w.trim_end_matches("_bucket").trim_end_matches("_count").trim_end_matches("_sum").to_owned())
+        .collect()
+}
+
+#[test]
+fn the_dashboard_and_the_alerts_use_only_series_the_manager_serves() {
+    let registered = std::fs::read_to_string(root().join("operator/src/metrics.rs")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("config/grafana/csi-addons-dashboard.json")).unwrap(),
+    )
+    .unwrap();
+    let rules: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(root().join("config/prometheus/rules.yaml")).unwrap()).unwrap();
+    let mut expressions: Vec<String> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap().iter().map(|t| t["expr"].as_str().unwrap().to_owned()))
+        .collect();
+    let alerts: Vec<&serde_yaml::Value> = rules["spec"]["groups"][0]["rules"].as_sequence().unwrap().iter().collect();
+    expressions.extend(alerts.iter().map(|r| r["expr"].as_str().unwrap().to_owned()));
+    let mut used = Vec::new();
+    for expr in &expressions {
+        let names = series(expr);
+        assert!(!names.is_empty(), "{expr} uses none of the manager's series");
+        for name in names {
+            assert!(
+                registered.contains(&format!("\"{name}\"")),
+                "{expr}: {name} is not a series the manager registers"
+            );
+            used.push(name);
+        }
+    }
+    for wanted in [
+        "csi_addons_operations_total",
+        "csi_addons_operation_duration_seconds",
+        "csi_addons_reclaimed_bytes_total",
+        "csi_addons_sidecar_connections",
+        "controller_runtime_reconcile_errors_total",
+    ] {
+        assert!(used.iter().any(|u| u == wanted), "the dashboard shows no {wanted}");
+    }
+    let alert_names: Vec<&str> = alerts.iter().filter_map(|r| r["alert"].as_str()).collect();
+    for wanted in ["CSIAddonsOperationsFailing", "CSIAddonsSidecarUnreachable", "CSIAddonsManagerWithoutLeader"] {
+        assert!(alert_names.contains(&wanted), "no alert {wanted}");
     }
 }
 
@@ -99,7 +205,7 @@ fn the_service_monitor_scrapes_a_port_the_metrics_service_has() {
         serde_yaml::from_str(&std::fs::read_to_string(root().join(file)).unwrap()).unwrap()
     };
     let monitor = read("config/prometheus/monitor.yaml");
-    let service = read("config/rbac/metrics_service.yaml");
+    let service = read("config/manager/metrics_service.yaml");
     let port = monitor["spec"]["endpoints"][0]["port"].as_str().unwrap();
     let names: Vec<&str> =
         service["spec"]["ports"].as_sequence().unwrap().iter().filter_map(|p| p["name"].as_str()).collect();
