@@ -7,7 +7,8 @@ CARGO ?= cargo
 all: build
 
 # The target the shipped binaries are built for: static musl where the machine can build it (see the script).
-SHIP_TARGET = $(shell hack/static-target.sh)
+# Evaluated once, at first use (its warning is printed once; other targets never run it).
+SHIP_TARGET = $(eval SHIP_TARGET := $$(shell hack/static-target.sh))$(SHIP_TARGET)
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'

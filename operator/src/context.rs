@@ -151,16 +151,21 @@ impl Context {
         }
     }
 
+    /// The API of `object`'s kind, in its namespace when it has one.
+    pub fn api_of<K: Resource<DynamicType = ()>>(&self, object: &K) -> Api<kube::api::DynamicObject> {
+        let resource = kube::api::ApiResource::erase::<K>(&());
+        match object.namespace() {
+            Some(namespace) => Api::namespaced_with(self.client.clone(), &namespace, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
+        }
+    }
+
     /// Writes `status` of `object` by server-side apply, as the manager's one field manager.
     pub async fn apply_status<K>(&self, object: &K, status: serde_json::Value) -> Result<(), kube::Error>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     {
-        let resource = kube::api::ApiResource::erase::<K>(&());
-        let api: Api<kube::api::DynamicObject> = match object.namespace() {
-            Some(namespace) => Api::namespaced_with(self.client.clone(), &namespace, &resource),
-            None => Api::all_with(self.client.clone(), &resource),
-        };
+        let api = self.api_of(object);
         // Unset fields are left out (an explicit null is not a value to apply).
         let status = match status {
             serde_json::Value::Object(fields) => {

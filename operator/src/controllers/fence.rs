@@ -17,7 +17,7 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::context::{Context, ReconcileError, condition, locked, set_condition};
+use crate::context::{Context, ReconcileError, condition, set_condition};
 use crate::fencing::{
     self, APPLIED_CONDITION, DELETE_WITHOUT_UNFENCE, DELETION_CONDITION, FENCE_SUCCEEDED, FINALIZER, FenceRequest,
     NETWORK_FENCE, UNFENCE_SUCCEEDED,
@@ -88,18 +88,11 @@ async fn reconcile(fence: Arc<NetworkFence>, ctx: Arc<Context>) -> Result<Action
     super::set_finalizer(&ctx, fence.as_ref(), FINALIZER, true).await?;
     let request = fencing::request(&fence.spec, target.class.as_ref());
     let state = fence.spec.fence_state;
-    let started = Instant::now();
     let answer = call(&ctx, &leader, state, request).await;
-    let kind = match state {
-        FenceState::Fenced => "NetworkFence/Fence",
-        FenceState::Unfenced => "NetworkFence/Unfence",
-    };
-    ctx.metrics.operation_duration.with_label_values(&[kind]).observe(started.elapsed().as_secs_f64());
     let generation = fence.metadata.generation;
     match answer {
         Ok(()) => {
-            forget(&ctx, &fence);
-            ctx.metrics.operations.with_label_values(&[kind, "Succeeded"]).inc();
+            super::forget_failures(&ctx, fence.as_ref());
             let (applied, reason, message) = match state {
                 FenceState::Fenced => (true, "Fenced", FENCE_SUCCEEDED),
                 FenceState::Unfenced => (false, "Unfenced", UNFENCE_SUCCEEDED),
@@ -111,7 +104,6 @@ async fn reconcile(fence: Arc<NetworkFence>, ctx: Arc<Context>) -> Result<Action
             Ok(Action::await_change())
         }
         Err(message) => {
-            ctx.metrics.operations.with_label_values(&[kind, "Failed"]).inc();
             let reason = match state {
                 FenceState::Fenced => "FenceFailed",
                 FenceState::Unfenced => "UnfenceFailed",
@@ -139,12 +131,12 @@ async fn delete(ctx: &Context, fence: &NetworkFence) -> Result<Action, Reconcile
             fence.spec.cidrs.join(", ")
         );
         ctx.event(fence, true, "DeletedWithoutUnfence", note).await;
-        forget(ctx, fence);
+        super::forget_failures(ctx, fence);
         super::set_finalizer(ctx, fence, FINALIZER, false).await?;
         return Ok(Action::await_change());
     }
     if !fencing::maybe_applied(fence) {
-        forget(ctx, fence);
+        super::forget_failures(ctx, fence);
         super::set_finalizer(ctx, fence, FINALIZER, false).await?;
         return Ok(Action::await_change());
     }
@@ -155,12 +147,7 @@ async fn delete(ctx: &Context, fence: &NetworkFence) -> Result<Action, Reconcile
         }
         let leader = leader(ctx, &target.driver).await?;
         let request = fencing::request(&fence.spec, target.class.as_ref());
-        let started = Instant::now();
         let answer = call(ctx, &leader, FenceState::Unfenced, request).await;
-        let kind = "NetworkFence/Unfence";
-        ctx.metrics.operation_duration.with_label_values(&[kind]).observe(started.elapsed().as_secs_f64());
-        let result = if answer.is_ok() { "Succeeded" } else { "Failed" };
-        ctx.metrics.operations.with_label_values(&[kind, result]).inc();
         answer.map_err(|message| ("UnfenceFailed", message))?;
         Ok::<_, Blocked>(leader)
     }
@@ -173,7 +160,7 @@ async fn delete(ctx: &Context, fence: &NetworkFence) -> Result<Action, Reconcile
                 leader.key()
             );
             ctx.event(fence, false, "Unfenced", note).await;
-            forget(ctx, fence);
+            super::forget_failures(ctx, fence);
             super::set_finalizer(ctx, fence, FINALIZER, false).await?;
             Ok(Action::await_change())
         }
@@ -229,6 +216,7 @@ fn out_of_scope(ctx: &Context, driver: &str) -> bool {
     ctx.watch_namespace.as_ref().is_some_and(|namespace| !ctx.pool.namespaces_of(driver).contains(namespace))
 }
 
+/// One fence or unfence: the RPC's latency, and the operation's count and duration, recorded.
 async fn call(ctx: &Context, leader: &Connection, state: FenceState, request: FenceRequest) -> Result<(), String> {
     let message = NetworkFenceRequest {
         parameters: request.parameters.into_iter().collect(),
@@ -245,7 +233,15 @@ async fn call(ctx: &Context, leader: &Connection, state: FenceState, request: Fe
         FenceState::Unfenced => ("NetworkFence/UnFenceClusterNetwork", client.un_fence_cluster_network(request).await),
     };
     let code = answer.as_ref().map_or_else(tonic::Status::code, |_| tonic::Code::Ok);
-    ctx.metrics.observe_rpc(method, code, started.elapsed().as_secs_f64());
+    let seconds = started.elapsed().as_secs_f64();
+    ctx.metrics.observe_rpc(method, code, seconds);
+    let kind = match state {
+        FenceState::Fenced => "NetworkFence/Fence",
+        FenceState::Unfenced => "NetworkFence/Unfence",
+    };
+    ctx.metrics.operation_duration.with_label_values(&[kind]).observe(seconds);
+    let result = if answer.is_ok() { "Succeeded" } else { "Failed" };
+    ctx.metrics.operations.with_label_values(&[kind, result]).inc();
     answer.map(|_| ()).map_err(|s| format!("{method} through {}: {:?}: {}", leader.key(), s.code(), s.message()))
 }
 
@@ -280,11 +276,6 @@ async fn write_status(
     conditions: Vec<Condition>,
 ) -> Result<(), kube::Error> {
     ctx.apply_status(fence, json!({"result": result, "message": message, "conditions": conditions})).await
-}
-
-/// The fence is done with: its failure count goes.
-fn forget(ctx: &Context, fence: &NetworkFence) {
-    locked(&ctx.operation_failures).remove(&fence.uid().unwrap_or_default());
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use api::csiaddons::{CSIADDONSNODE_FINALIZER, CSIAddonsNode, NetworkFenceClass};
 use futures::Future;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
@@ -110,12 +110,7 @@ async fn reconcile(class: Arc<NetworkFenceClass>, ctx: Arc<Context>) -> Result<A
                 "annotations": {CLASS_NAMES_ANNOTATION: value},
                 "resourceVersion": node.resource_version(),
             }});
-            let api = Api::<CSIAddonsNode>::namespaced(ctx.client.clone(), &node.namespace().unwrap_or_default());
-            match api.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
+            super::patch_merge(&ctx, node, &patch).await?;
         }
     }
     if deleting {

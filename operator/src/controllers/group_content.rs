@@ -17,7 +17,7 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::replication_source::patch_merge;
+use super::patch_merge;
 use crate::context::{Context, ReconcileError, condition, set_condition};
 use crate::pool::Connection;
 use crate::replication::{self as rep, CONTENT_NAME, VGR_FINALIZER, VOLUME_GROUP, VR_FINALIZER};

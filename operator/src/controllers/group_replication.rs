@@ -24,7 +24,8 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::replication_source::{SourceProblem, csi_handle, patch_merge};
+use super::patch_merge;
+use super::replication_source::{SourceProblem, csi_handle};
 use crate::context::{Context, ReconcileError};
 use crate::replication::{self as rep, GROUP_API, GROUP_REF, PROVISIONED_BY, VGR_FINALIZER, VGR_OWNER, VR_OWNER};
 
@@ -90,9 +91,9 @@ pub fn child_names(vgr: &VolumeGroupReplication) -> (String, String) {
     (content.unwrap_or_else(|| format!("vgrcontent-{uid}")), replication.unwrap_or_else(|| format!("vr-{uid}")))
 }
 
-/// PVCs to mark as members and to release, given the selected ones and the previous members.
-pub fn membership(selected: &BTreeSet<String>, previous: &BTreeSet<String>) -> (Vec<String>, Vec<String>) {
-    (selected.iter().cloned().collect(), previous.difference(selected).cloned().collect())
+/// The previous members to release, given the selected ones.
+pub fn released(selected: &BTreeSet<String>, previous: &BTreeSet<String>) -> Vec<String> {
+    previous.difference(selected).cloned().collect()
 }
 
 /// Upstream's limit, with the number printed as a number (defect 23).
@@ -174,7 +175,7 @@ async fn build(ctx: &Context, vgr: &VolumeGroupReplication) -> Result<Action, So
     check_count(selected.len(), ctx.settings().max_group_pvcs)
         .map_err(|message| SourceProblem { message, transient: false })?;
     let names: BTreeSet<String> = selected.iter().map(ResourceExt::name_any).collect();
-    let (_, released) = membership(&names, &members(vgr));
+    let released = released(&names, &members(vgr));
     for pvc in &selected {
         mark_member(ctx, pvc, &name, true).await.map_err(|e| problem(e.to_string()))?;
     }
@@ -365,14 +366,11 @@ async fn delete(ctx: &Context, vgr: &VolumeGroupReplication) -> Result<Action, R
     if waiting {
         return Ok(Action::requeue(DELETION_RECHECK));
     }
+    // Every PVC still marked as this group's member (mark_member leaves others alone).
     let pvcs = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &namespace);
-    for member in members(vgr) {
-        if let Some(pvc) = pvcs.get_opt(&member).await? {
-            mark_member(ctx, &pvc, &name, false).await?;
-        }
-    }
-    let owned = ListParams::default();
-    for pvc in pvcs.list(&owned).await?.items.iter().filter(|p| p.annotations().get(VGR_OWNER) == Some(&name)) {
+    for pvc in
+        pvcs.list(&ListParams::default()).await?.items.iter().filter(|p| p.annotations().get(VGR_OWNER) == Some(&name))
+    {
         mark_member(ctx, pvc, &name, false).await?;
     }
     super::set_finalizer(ctx, vgr, VGR_FINALIZER, false).await?;
@@ -395,8 +393,7 @@ mod tests {
     #[test]
     fn members_are_the_selected_and_the_rest_are_released() {
         let set = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<BTreeSet<_>>();
-        let (keep, release) = membership(&set(&["a", "b"]), &set(&["b", "c"]));
-        assert_eq!((keep, release), (vec!["a".to_owned(), "b".to_owned()], vec!["c".to_owned()]));
+        assert_eq!(released(&set(&["a", "b"]), &set(&["b", "c"])), vec!["c".to_owned()]);
     }
 
     #[test]

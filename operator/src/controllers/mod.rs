@@ -175,16 +175,30 @@ where
         next.push(finalizer.to_owned());
     }
     let patch = serde_json::json!({"metadata": {"finalizers": next, "resourceVersion": object.resource_version()}});
-    let resource = kube::api::ApiResource::erase::<K>(&());
-    let api: Api<kube::api::DynamicObject> = match object.namespace() {
-        Some(namespace) => Api::namespaced_with(ctx.client.clone(), &namespace, &resource),
-        None => Api::all_with(ctx.client.clone(), &resource),
-    };
-    let params = kube::api::PatchParams::default();
-    match api.patch(&object.name_any(), &params, &kube::api::Patch::Merge(&patch)).await {
-        Ok(_) => Ok(()),
+    match merge_patch(ctx, object, &patch).await {
         Err(kube::Error::Api(s)) if s.code == 404 && !present => Ok(()),
-        Err(e) => Err(e),
+        other => other,
+    }
+}
+
+/// A JSON merge patch of `object`.
+async fn merge_patch<K>(ctx: &Context, object: &K, patch: &serde_json::Value) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = ()>,
+{
+    use kube::ResourceExt;
+    let params = kube::api::PatchParams::default();
+    ctx.api_of(object).patch(&object.name_any(), &params, &kube::api::Patch::Merge(patch)).await.map(|_| ())
+}
+
+/// A JSON merge patch of `object`; an object already gone is fine.
+pub async fn patch_merge<K>(ctx: &Context, object: &K, patch: &serde_json::Value) -> Result<(), ReconcileError>
+where
+    K: Resource<DynamicType = ()>,
+{
+    match merge_patch(ctx, object, patch).await {
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        other => Ok(other?),
     }
 }
 
@@ -198,6 +212,12 @@ pub fn retry_delay<K: Resource>(ctx: &Context, object: &K) -> Duration {
         Duration::from_secs(5).saturating_mul(2u32.saturating_pow((*count).min(6))).min(Duration::from_secs(300));
     *count = count.saturating_add(1);
     delay
+}
+
+/// `object` is done with (succeeded, or gone): its failure count goes.
+pub fn forget_failures<K: Resource>(ctx: &Context, object: &K) {
+    use kube::ResourceExt;
+    crate::context::locked(&ctx.operation_failures).remove(&object.uid().unwrap_or_default());
 }
 
 /// A predicate for `predicate_filter`: passes come from spec changes (generation) and the start

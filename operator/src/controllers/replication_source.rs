@@ -2,10 +2,10 @@
 //! (its content's group handle), and how the source is marked as taken and released.
 use api::replication::{VolumeGroupReplication, VolumeGroupReplicationContent, VolumeReplication};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Patch, PatchParams};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use super::patch_merge;
 use crate::context::{Context, ReconcileError};
 use crate::replication::{self as rep, PVC_FINALIZER, VR_FINALIZER, VR_OWNER};
 
@@ -158,21 +158,4 @@ pub async fn release(ctx: &Context, vr: &VolumeReplication, source: Option<&Sour
         _ => {}
     }
     Ok(())
-}
-
-/// A JSON merge patch of `object`; gone is fine.
-pub async fn patch_merge<K>(ctx: &Context, object: &K, patch: &serde_json::Value) -> Result<(), ReconcileError>
-where
-    K: Resource<DynamicType = ()>,
-{
-    let resource = kube::api::ApiResource::erase::<K>(&());
-    let api: Api<kube::api::DynamicObject> = match object.namespace() {
-        Some(namespace) => Api::namespaced_with(ctx.client.clone(), &namespace, &resource),
-        None => Api::all_with(ctx.client.clone(), &resource),
-    };
-    match api.patch(&object.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }

@@ -18,7 +18,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::replication_source::{self, Source};
-use crate::context::{Context, ReconcileError, condition, locked, set_condition};
+use crate::context::{Context, ReconcileError, condition, set_condition};
 use crate::pool::Connection;
 use crate::replication::{self as rep, Call, ClassParameters, DESTINATION_INFO, VOLUME_REPLICATION, VR_FINALIZER};
 
@@ -131,7 +131,7 @@ async fn fetch(ctx: &Context, vr: &VolumeReplication) -> Result<Volume, Problem>
 /// Undoes the claim on the source and drops the VolumeReplication's finalizer.
 async fn release(ctx: &Context, vr: &VolumeReplication, source: Option<&Source>) -> Result<(), ReconcileError> {
     replication_source::release(ctx, vr, source).await?;
-    locked(&ctx.operation_failures).remove(&vr.uid().unwrap_or_default());
+    super::forget_failures(ctx, vr);
     super::set_finalizer(ctx, vr, VR_FINALIZER, false).await?;
     Ok(())
 }
@@ -256,7 +256,7 @@ async fn act(ctx: &Context, vr: &VolumeReplication, volume: &Volume) -> Result<A
             }
         }
     }
-    locked(&ctx.operation_failures).remove(&vr.uid().unwrap_or_default());
+    super::forget_failures(ctx, vr);
     let first_secondary =
         desired == ReplicationState::Secondary && previous.state != Some(ObservedReplicationState::Secondary);
     conditions = match desired {
