@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: all build test bench-sidecar bench-manager test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
+.PHONY: bundle bundle-validate bundle-build helm-template all build test bench-sidecar bench-manager test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
 
 all: build
 
@@ -20,7 +20,8 @@ test: control-plane test-peers ## Run every test: unit tests, then the suites on
 	# The suites run the project's binaries as real processes: build them first.
 	$(CARGO) build --workspace --bins --locked
 	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" CSI_SANITY="$$(hack/csi-sanity.sh)" KUSTOMIZE="$$(hack/kustomize.sh)" \
-	PROMETHEUS_CRDS="$$(hack/prometheus-crds.sh)" $(CARGO) test --workspace --locked
+	PROMETHEUS_CRDS="$$(hack/prometheus-crds.sh)" OPERATOR_SDK_DIR="$$(hack/operator-sdk.sh)" HELM="$$(hack/helm.sh)" \
+	$(CARGO) test --workspace --locked
 
 bench-sidecar: control-plane ## Print our sidecar's RSS next to upstream's v0.14.0 sidecar (the image's build; builds upstream's once)
 	$(CARGO) build --profile sidecar --locked -p sidecar --bin csi-addons-sidecar --target $(SHIP_TARGET)
@@ -56,15 +57,39 @@ deploy-yamls: ## Render deploy/controller/{crds,rbac,setup-controller}.yaml, the
 	  { echo '$(DEPLOY_HEADER)'; "$$K" build config/release/$${pair%%:*}; } > deploy/controller/$${pair#*:}.yaml || exit 1; \
 	done
 
-manifests: ## Regenerate config/crd/bases from the Rust types
+# The release date written as the CSV's createdAt: fixed, so regenerating bundle/ gives no diff.
+RELEASE_DATE ?= 2026-11-23T00:00:00Z
+VERSION = $(patsubst v%,%,$(IMAGE_TAG))
+BUNDLE_OUT ?= .
+BUNDLE_IMAGE ?= $(IMAGE_REGISTRY)/csi-addons-bundle:$(IMAGE_TAG)
+
+bundle: ## Regenerate bundle/ and bundle.Dockerfile from config/manifests (operator-sdk built once from the Go module proxy)
+	BUNDLE_CREATED_AT=$(RELEASE_DATE) IMAGE_TAG=$(IMAGE_TAG) VERSION=$(VERSION) hack/bundle.sh $(BUNDLE_OUT)
+
+bundle-validate: ## Validate bundle/ with operator-sdk (operatorframework suite) and scorecard's static tests
+	hack/bundle-validate.sh
+
+bundle-build: ## Build the bundle image with docker or podman
+	@if [ -z "$(CONTAINER_ENGINE)" ]; then echo "bundle-build: no container engine found (docker or podman); set CONTAINER_ENGINE" >&2; exit 1; fi
+	$(CONTAINER_ENGINE) build -f bundle.Dockerfile -t $(BUNDLE_IMAGE) .
+
+HELM_NAMESPACE ?= csi-addons-system
+
+helm-template: ## Render the Helm chart (helm built once from the Go module proxy)
+	@"$$(hack/helm.sh)" template csi-addons charts/csi-addons --namespace $(HELM_NAMESPACE) --include-crds
+
+manifests: ## Regenerate config/crd/bases (and the Helm chart's copy) from the Rust types
 	$(CARGO) run -q --locked -p api --bin crdgen -- --dir config/crd/bases
+	cp config/crd/bases/*.yaml charts/csi-addons/crds/
 
 check-manifests: ## Fail if config/crd/bases differs from what the Rust types generate
 	$(CARGO) run -q --locked -p api --bin crdgen -- --dir config/crd/bases --check
 
-test-peers: ## Build or fetch (once, cached outside the clone) csi-sanity, kustomize and the Prometheus Operator CRDs
+test-peers: ## Build or fetch (once, cached outside the clone) csi-sanity, kustomize, helm, operator-sdk and the Prometheus Operator CRDs
 	@hack/csi-sanity.sh >/dev/null
 	@hack/kustomize.sh >/dev/null
+	@hack/helm.sh >/dev/null
+	@hack/operator-sdk.sh >/dev/null
 	@hack/prometheus-crds.sh >/dev/null
 
 control-plane: ## Build (once, cached outside the clone) etcd, kube-apiserver, kube-controller-manager, kubectl

@@ -12,7 +12,8 @@ log() { printf '[hack] %s\n' "$*" >&2; }
 
 # go_wrapper_build OUTDIR MODULE@VERSION [LDFLAGS] PACKAGE...
 # Builds PACKAGEs from a throwaway wrapper module (`go install MOD@VER` is refused by the proxy here:
-# it asks for the version list). Extra `go mod edit` arguments come from GO_MOD_EDITS (an array).
+# it asks for the version list). Extra `go mod edit` arguments come from GO_MOD_EDITS (an array),
+# build tags from GO_BUILD_TAGS.
 go_wrapper_build() {
   local outdir=$1 modver=$2 ldflags=$3; shift 3
   local work
@@ -30,18 +31,19 @@ go_wrapper_build() {
     mkdir -p "$outdir.partial"
     for pkg in "$@"; do
       log "building $pkg ($modver)"
-      CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "$ldflags" -o "$outdir.partial/$(basename "$pkg")" "$pkg"
+      CGO_ENABLED=0 go build -mod=mod -trimpath -tags "${GO_BUILD_TAGS:-}" -ldflags "$ldflags" -o "$outdir.partial/$(basename "$pkg")" "$pkg"
     done
   ) || { rm -rf "$outdir.partial"; return 1; }
   rm -rf "$outdir"
   mv "$outdir.partial" "$outdir"
 }
 
-# cached_go_tool NAME VERSION MODULE PACKAGE ABOUT
+# cached_go_tool NAME VERSION MODULE PACKAGE ABOUT [LDFLAGS]
 # Builds PACKAGE of MODULE@VERSION once into the cache (the binary named NAME), under a lock so
-# parallel callers wait for one build, and prints its path. ABOUT says how long it takes.
+# parallel callers wait for one build, and prints its path. ABOUT says how long it takes; LDFLAGS
+# are added to "-s -w".
 cached_go_tool() {
-  local name=$1 version=$2 module=$3 package=$4 about=$5
+  local name=$1 version=$2 module=$3 package=$4 about=$5 ldflags=${6:-}
   command -v go >/dev/null || { log "Go is needed to build $name"; return 1; }
   mkdir -p "$CSI_ADDONS_CACHE"
   exec 9>"$CSI_ADDONS_CACHE/.$name.lock"
@@ -50,7 +52,7 @@ cached_go_tool() {
   if [ ! -x "$dir/$name" ]; then
     log "building $name $version into $dir ($about, once)"
     GO_MOD_EDITS=()
-    go_wrapper_build "$dir" "$module@$version" "-s -w" "$package"
+    go_wrapper_build "$dir" "$module@$version" "-s -w $ldflags" "$package"
     local built
     built=$(basename "$package")
     # go build names the binary after the package's last element (kustomize's is "v5").

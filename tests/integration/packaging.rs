@@ -12,14 +12,14 @@ use serde::Deserialize;
 use crate::deploy_manifests::collection_path;
 use crate::support::test_peer;
 
-const NAMESPACE: &str = "csi-addons-system";
+pub(crate) const NAMESPACE: &str = "csi-addons-system";
 
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// `kustomize build config/<dir>`.
-fn kustomize(dir: &str) -> String {
+pub(crate) fn kustomize(dir: &str) -> String {
     let out = Command::new(test_peer("KUSTOMIZE", "kustomize.sh"))
         .arg("build")
         .arg(root().join("config").join(dir))
@@ -29,11 +29,11 @@ fn kustomize(dir: &str) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-fn objects(text: &str) -> Vec<DynamicObject> {
+pub(crate) fn objects(text: &str) -> Vec<DynamicObject> {
     serde_yaml::Deserializer::from_str(text).map(|d| DynamicObject::deserialize(d).unwrap()).collect()
 }
 
-fn rendered() -> Vec<DynamicObject> {
+pub(crate) fn rendered() -> Vec<DynamicObject> {
     objects(&kustomize("default"))
 }
 
@@ -57,7 +57,7 @@ fn the_release_yamls_are_what_config_renders() {
     assert_eq!(kinds, all);
 }
 
-fn kind(object: &DynamicObject) -> &str {
+pub(crate) fn kind(object: &DynamicObject) -> &str {
     object.types.as_ref().map_or("", |t| t.kind.as_str())
 }
 
@@ -93,21 +93,35 @@ async fn config_default_renders_a_locked_down_manager_that_the_api_server_accept
     assert_eq!(binding.data["roleRef"]["name"], "csi-addons-manager-role");
     assert_eq!(binding.data["subjects"][0]["namespace"], NAMESPACE);
 
-    let cp = testenv::shared();
-    let client = cp.client().await.unwrap();
+    let client = packaging_cluster().await;
+    let prometheus = self::objects(&kustomize("prometheus"));
+    assert_eq!(prometheus.iter().map(kind).collect::<Vec<_>>(), ["PrometheusRule", "ServiceMonitor"]);
+    // The release YAMLs too (they hold the same objects: the test above).
+    let release = RELEASE.iter().flat_map(|(_, file)| {
+        self::objects(&std::fs::read_to_string(root().join("deploy/controller").join(file)).unwrap())
+    });
+    dry_apply_all(&client, objects.into_iter().chain(prometheus).chain(release)).await;
+}
+
+/// A client of the shared control plane with the manager's Namespace and the Prometheus Operator's
+/// CRDs (for the ServiceMonitor and the alerts) in place.
+pub(crate) async fn packaging_cluster() -> kube::Client {
+    let client = testenv::shared().client().await.unwrap();
     let namespace: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": NAMESPACE}})).unwrap();
     match Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => panic!("creating {NAMESPACE}: {e}"),
     }
-    // The ServiceMonitor and the alerts, once the Prometheus Operator's CRDs are there.
     install_prometheus_crds(&client).await;
-    let mut prometheus = self::objects(&kustomize("prometheus"));
-    assert_eq!(prometheus.iter().map(kind).collect::<Vec<_>>(), ["PrometheusRule", "ServiceMonitor"]);
-    for object in objects.into_iter().chain(prometheus.drain(..)) {
+    client
+}
+
+/// Every object passes a strict server-side dry-run apply.
+pub(crate) async fn dry_apply_all(client: &kube::Client, objects: impl IntoIterator<Item = DynamicObject>) {
+    for object in objects {
         let what = format!("{} {:?}", kind(&object), object.metadata.name);
-        let applied = strict_dry_apply(&client, object).await;
+        let applied = strict_dry_apply(client, object).await;
         assert!(applied.is_ok(), "{what} rejected: {applied:?}");
     }
 }

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Renders the OLM bundle (bundle/ and bundle.Dockerfile) from config/manifests into OUT (default: the
+# repository), as upstream does: kustomize's output piped to `operator-sdk generate bundle`. Then pins
+# what operator-sdk would otherwise date or leave as placeholders: createdAt (BUNDLE_CREATED_AT, the
+# release date the Makefile fixes, so regenerating gives no diff) and the image tags (IMAGE_TAG).
+# Usage: BUNDLE_CREATED_AT=… IMAGE_TAG=… VERSION=… hack/bundle.sh [OUT]
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+out=$(realpath "${1:-$root}")
+: "${BUNDLE_CREATED_AT:?set BUNDLE_CREATED_AT (yyyy-mm-ddThh:mm:ssZ)}" "${IMAGE_TAG:?}" "${VERSION:?}"
+kustomize=$("$here/kustomize.sh")
+operator_sdk="$("$here/operator-sdk.sh")/operator-sdk"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/csi-addons-bundle.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+# operator-sdk reads ./PROJECT and writes ./bundle and ./bundle.Dockerfile: run it in a scratch directory.
+cp "$root/PROJECT" "$work/"
+"$kustomize" build "$root/config/manifests" >"$work/input.yaml"
+# It takes manifests from stdin only when stdin is a pipe.
+(cd "$work" && cat input.yaml | "$operator_sdk" generate bundle -q --overwrite --package csi-addons \
+  --version "$VERSION" --channels stable --default-channel stable)
+
+csv="$work/bundle/manifests/csi-addons.clusterserviceversion.yaml"
+sed -i -e "s|^\(    createdAt: \).*|\1\"$BUNDLE_CREATED_AT\"|" \
+  -e "s|\(ghcr.io/csi-addons-rs/csi-addons-[a-z]*\):v0.0.0|\1:$IMAGE_TAG|" "$csv"
+# operator-sdk fills relatedImages only from RELATED_IMAGE_* variables of the Deployment, which the
+# manager has no use for: list the two images we ship here (for disconnected installs).
+sed -i "/^  version: /i\\
+  relatedImages:\\
+  - image: ghcr.io/csi-addons-rs/csi-addons-manager:$IMAGE_TAG\\
+    name: csi-addons-manager\\
+  - image: ghcr.io/csi-addons-rs/csi-addons-sidecar:$IMAGE_TAG\\
+    name: csi-addons-sidecar" "$csv"
+if grep -q 'v0\.0\.0' "$csv"; then
+  echo "hack/bundle.sh: a v0.0.0 placeholder is left in the CSV" >&2
+  exit 1
+fi
+
+mkdir -p "$out/bundle"
+rm -rf "$out/bundle/manifests" "$out/bundle/metadata" "$out/bundle/tests"
+cp -r "$work/bundle/manifests" "$work/bundle/metadata" "$work/bundle/tests" "$out/bundle/"
+cp "$work/bundle.Dockerfile" "$out/bundle.Dockerfile"
