@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: bundle bundle-validate bundle-build helm-template all build test bench-sidecar bench-manager test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
+.PHONY: demo-down bundle bundle-validate bundle-build helm-template all build test bench-sidecar bench-manager test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
 
 all: build
 
@@ -21,6 +21,7 @@ test: control-plane test-peers ## Run every test: unit tests, then the suites on
 	$(CARGO) build --workspace --bins --locked
 	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" CSI_SANITY="$$(hack/csi-sanity.sh)" KUSTOMIZE="$$(hack/kustomize.sh)" \
 	PROMETHEUS_CRDS="$$(hack/prometheus-crds.sh)" OPERATOR_SDK_DIR="$$(hack/operator-sdk.sh)" HELM="$$(hack/helm.sh)" \
+	CSI_PROVISIONER="$$(hack/csi-provisioner.sh)" \
 	$(CARGO) test --workspace --locked
 
 bench-sidecar: control-plane ## Print our sidecar's RSS next to upstream's v0.14.0 sidecar (the image's build; builds upstream's once)
@@ -85,12 +86,13 @@ manifests: ## Regenerate config/crd/bases (and the Helm chart's copy) from the R
 check-manifests: ## Fail if config/crd/bases differs from what the Rust types generate
 	$(CARGO) run -q --locked -p api --bin crdgen -- --dir config/crd/bases --check
 
-test-peers: ## Build or fetch (once, cached outside the clone) csi-sanity, kustomize, helm, operator-sdk and the Prometheus Operator CRDs
+test-peers: ## Build or fetch (once, cached outside the clone) csi-sanity, csi-provisioner, kustomize, helm, operator-sdk and the Prometheus Operator CRDs
 	@hack/csi-sanity.sh >/dev/null
 	@hack/kustomize.sh >/dev/null
 	@hack/helm.sh >/dev/null
 	@hack/operator-sdk.sh >/dev/null
 	@hack/prometheus-crds.sh >/dev/null
+	@hack/csi-provisioner.sh >/dev/null
 
 control-plane: ## Build (once, cached outside the clone) etcd, kube-apiserver, kube-controller-manager, kubectl
 	@hack/control-plane.sh >/dev/null
@@ -98,8 +100,13 @@ control-plane: ## Build (once, cached outside the clone) etcd, kube-apiserver, k
 protos: ## Re-fetch the .proto files from the Go module proxy into api/proto
 	hack/update-protos.sh
 
-demo: ## A local control plane with operator, sidecars and reference driver running real operations
-	@echo "make demo: not yet implemented (it lands with the end-to-end issue)."
+demo: control-plane ## A local control plane with the manager, sidecars, csi-provisioner and the reference driver running every operation
+	@hack/csi-provisioner.sh >/dev/null
+	$(CARGO) build --locked -p demo -p operator -p sidecar -p reference-driver --bins
+	@KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" CSI_PROVISIONER="$$(hack/csi-provisioner.sh)" hack/demo.sh
+
+demo-down: ## Stop the demo's cluster and everything it started
+	@hack/demo-down.sh
 
 fmt: ## Format the code
 	$(CARGO) fmt --all

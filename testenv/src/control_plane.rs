@@ -397,18 +397,15 @@ fn free_port() -> Result<u16, Error> {
     listener.local_addr().map(|a| a.port()).map_err(|e| Error::Io("finding a free port".into(), e))
 }
 
-fn spawn_logged(mut command: Command, dir: &Path, name: &str) -> Result<Child, Error> {
+fn spawn_logged(command: Command, dir: &Path, name: &str) -> Result<Child, Error> {
     let log_path = dir.join(format!("{name}.log"));
-    let log = std::fs::File::create(&log_path).map_err(|e| Error::Io(format!("creating {}", log_path.display()), e))?;
-    let log2 = log.try_clone().map_err(|e| Error::Io(format!("opening {}", log_path.display()), e))?;
-    command.stdin(Stdio::null()).stdout(log).stderr(log2);
-    process::spawn(command).map_err(|e| Error::Io(format!("starting {name}"), e))
+    // A fresh log per start (a restarted controller-manager's old lines would mislead).
+    std::fs::File::create(&log_path).map_err(|e| Error::Io(format!("creating {}", log_path.display()), e))?;
+    process::spawn_logged(command, &log_path).map_err(|e| Error::Io(format!("starting {name}"), e))
 }
 
 fn log_tail(dir: &Path, name: &str) -> String {
-    let text = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(15)..].join("\n")
+    process::tail(&dir.join(format!("{name}.log")), 15)
 }
 
 #[cfg(test)]

@@ -80,3 +80,18 @@ pub fn at_exit(hook: fn()) {
         unsafe { libc::atexit(run_hook) };
     }
 }
+
+/// Spawns `command` as [`spawn`] does, its stdout and stderr appended to `log`.
+pub fn spawn_logged(mut command: Command, log: &std::path::Path) -> std::io::Result<Child> {
+    let out = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
+    let err = out.try_clone()?;
+    command.stdin(std::process::Stdio::null()).stdout(out).stderr(err);
+    spawn(command)
+}
+
+/// The last `lines` lines of the file at `path` (empty when it cannot be read).
+pub fn tail(path: &std::path::Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}

@@ -10,6 +10,7 @@ mod driver_addons;
 mod driver_harness;
 mod driver_sanity;
 mod driver_volumes;
+mod e2e;
 mod helm_chart;
 mod manager_fence;
 mod manager_groups;
