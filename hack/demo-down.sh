@@ -24,5 +24,10 @@ fi
 # Mounts an interrupted run left behind (loop-backed volumes, the kubelet paths), deepest first.
 awk -v dir="$state" '$5 == dir || index($5, dir "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r |
   while read -r point; do umount -l "$point" 2>/dev/null || true; done
+# Loop devices still holding a volume file of the demo (a lazily detached mount can keep one).
+if command -v losetup >/dev/null; then
+  losetup -nO NAME,BACK-FILE 2>/dev/null | awk -v dir="$state" 'index($2, dir "/") == 1 { print $1 }' |
+    while read -r device; do losetup -d "$device" 2>/dev/null || true; done
+fi
 rm -rf "$state"
 say "demo stopped"
