@@ -110,8 +110,8 @@ impl Stack {
                 .arg(format!("-namespace={DRIVER_NAMESPACE}"))
                 .arg(format!("-pod-uid={uid}"))
                 .arg(format!("-stagingpath={}", stack.staging_root().display()))
-                // The demo's manager and sidecars talk over loopback without tokens (see the README
-                // for the authenticated set-up).
+                // The demo's manager and sidecars talk over loopback without tokens; TokenReview and
+                // --allowed-identities are exercised by the sidecar suites.
                 .arg("-enable-auth=false")
                 .env("KUBECONFIG", &admin)
                 .env_remove("KUBERNETES_SERVICE_HOST");
