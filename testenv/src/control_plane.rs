@@ -68,7 +68,11 @@ impl ControlPlane {
             .map_err(|e| Error::Io("starting a runtime".into(), e))?;
         let assets = find_assets()?;
         remove_stale_dirs();
-        let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{}", std::process::id()));
+        // One directory per control plane: a test binary may run a second one (the end-to-end
+        // suite) beside the shared one, and must not overwrite its certificates.
+        static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let nth = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{}-{nth}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| Error::Io(format!("creating {}", dir.display()), e))?;
         let pki = certs::write(&dir)?;
 
@@ -368,7 +372,9 @@ fn remove_stale_dirs() {
     let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(DIR_PREFIX)) else { continue };
+        let Some(suffix) = name.to_str().and_then(|n| n.strip_prefix(DIR_PREFIX)) else { continue };
+        // `<pid>-<n>` (older binaries wrote `<pid>`).
+        let pid = suffix.split('-').next().unwrap_or_default();
         if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
             let _ = std::fs::remove_dir_all(entry.path());
         }

@@ -41,7 +41,7 @@ fn control_plane_processes_die_with_a_killed_test_binary() {
     helper.kill().unwrap(); // SIGKILL: no destructor, no atexit hook runs.
     helper.wait().unwrap();
     // Its directory stays until the next start sweeps it; sweep it now, not to leave it behind.
-    let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("csi-addons-testenv-{}", helper.id())));
+    let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("csi-addons-testenv-{}-0", helper.id())));
 
     let deadline = Instant::now() + Duration::from_secs(30);
     let alive = |pid: &u32| {
