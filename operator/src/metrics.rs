@@ -118,6 +118,19 @@ impl Metrics {
     pub fn observe_rpc(&self, method: &str, code: tonic::Code, seconds: f64) {
         self.sidecar_rpc.with_label_values(&[method, &format!("{code:?}")]).observe(seconds);
     }
+
+    /// Awaits one sidecar call and records it under `method` with its gRPC code and latency.
+    pub async fn timed_rpc<T>(
+        &self,
+        method: &str,
+        call: impl Future<Output = Result<T, tonic::Status>>,
+    ) -> Result<T, tonic::Status> {
+        let started = std::time::Instant::now();
+        let answer = call.await;
+        let code = answer.as_ref().map_or_else(tonic::Status::code, |_| tonic::Code::Ok);
+        self.observe_rpc(method, code, started.elapsed().as_secs_f64());
+        answer
+    }
 }
 
 #[cfg(test)]

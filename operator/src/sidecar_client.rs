@@ -214,6 +214,13 @@ impl ServerCertVerifier for Unverified {
     }
 }
 
+/// A request to a sidecar that gives up after `timeout` (the deadline travels to the sidecar too).
+pub fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(timeout);
+    request
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,6 +23,7 @@ use crate::fencing::{
     NETWORK_FENCE, UNFENCE_SUCCEEDED,
 };
 use crate::pool::Connection;
+use crate::sidecar_client::with_timeout;
 
 const NAME: &str = "networkfence";
 /// Upstream's timeout of a fence or unfence call.
@@ -224,17 +225,20 @@ async fn call(ctx: &Context, leader: &Connection, state: FenceState, request: Fe
         secret_namespace: request.secret_namespace,
         cidrs: request.cidrs,
     };
-    let mut request = tonic::Request::new(message);
-    request.set_timeout(CALL_TIMEOUT);
+    let request = with_timeout(message, CALL_TIMEOUT);
     let mut client = NetworkFenceClient::new(leader.channel.clone());
     let started = Instant::now();
     let (method, answer) = match state {
-        FenceState::Fenced => ("NetworkFence/FenceClusterNetwork", client.fence_cluster_network(request).await),
-        FenceState::Unfenced => ("NetworkFence/UnFenceClusterNetwork", client.un_fence_cluster_network(request).await),
+        FenceState::Fenced => {
+            let method = "NetworkFence/FenceClusterNetwork";
+            (method, ctx.metrics.timed_rpc(method, client.fence_cluster_network(request)).await)
+        }
+        FenceState::Unfenced => {
+            let method = "NetworkFence/UnFenceClusterNetwork";
+            (method, ctx.metrics.timed_rpc(method, client.un_fence_cluster_network(request)).await)
+        }
     };
-    let code = answer.as_ref().map_or_else(tonic::Status::code, |_| tonic::Code::Ok);
     let seconds = started.elapsed().as_secs_f64();
-    ctx.metrics.observe_rpc(method, code, seconds);
     let kind = match state {
         FenceState::Fenced => "NetworkFence/Fence",
         FenceState::Unfenced => "NetworkFence/Unfence",

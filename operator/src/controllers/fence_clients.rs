@@ -1,6 +1,6 @@
 //! The `networkFenceClientStatus` of a CSIAddonsNode: for each NetworkFenceClass its annotation
 //! names, the clients the driver reports through GetFenceClients (when its sidecar offers that).
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use api::csiaddons::{CSIAddonsNode, ClientDetail, NetworkFenceClass, NetworkFenceClientStatus};
 use api::proto::internal::FenceClientsRequest;
@@ -10,6 +10,7 @@ use kube::{Api, ResourceExt};
 use crate::context::Context;
 use crate::fencing::{self, CLASS_NAMES_ANNOTATION, GET_CLIENTS_TO_FENCE};
 use crate::pool::Connection;
+use crate::sidecar_client::with_timeout;
 
 /// Upstream sets none; a driver that never answers must not hold the reconciler forever.
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -38,16 +39,14 @@ pub async fn list(
         let parameters = fencing::class_parameters(class.spec.parameters.as_ref())
             .map_err(|why| format!("NetworkFenceClass {name}: {why}"))?;
         let (secret_name, secret_namespace) = parameters.secret.unwrap_or_default();
-        let mut request = tonic::Request::new(FenceClientsRequest {
+        let message = FenceClientsRequest {
             parameters: parameters.parameters.into_iter().collect(),
             secret_name,
             secret_namespace,
-        });
-        request.set_timeout(CALL_TIMEOUT);
-        let started = Instant::now();
-        let answer = NetworkFenceClient::new(connection.channel.clone()).get_fence_clients(request).await;
-        let code = answer.as_ref().map_or_else(tonic::Status::code, |_| tonic::Code::Ok);
-        ctx.metrics.observe_rpc("NetworkFence/GetFenceClients", code, started.elapsed().as_secs_f64());
+        };
+        let request = with_timeout(message, CALL_TIMEOUT);
+        let mut client = NetworkFenceClient::new(connection.channel.clone());
+        let answer = ctx.metrics.timed_rpc("NetworkFence/GetFenceClients", client.get_fence_clients(request)).await;
         let answer = answer.map_err(|s| {
             format!(
                 "GetFenceClients for NetworkFenceClass {name} through {}: {:?}: {}",

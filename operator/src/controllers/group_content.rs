@@ -3,7 +3,6 @@
 //! (CreateVolumeGroup / ModifyVolumeGroupMembership / DeleteVolumeGroup) → spec (handle) and
 //! status (volumes, `Ready` with the driver's error — ours, so the group can show it).
 use std::sync::Arc;
-use std::time::Instant;
 
 use api::proto::internal::volume_group_controller_client::VolumeGroupControllerClient;
 use api::proto::internal::{CreateVolumeGroupRequest, DeleteVolumeGroupRequest, ModifyVolumeGroupMembershipRequest};
@@ -192,10 +191,7 @@ async fn observed<T>(
     method: &str,
     call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 ) -> Result<T, String> {
-    let started = Instant::now();
-    let answer = call.await;
-    let code = answer.as_ref().map_or_else(tonic::Status::code, |_| tonic::Code::Ok);
-    ctx.metrics.observe_rpc(method, code, started.elapsed().as_secs_f64());
+    let answer = ctx.metrics.timed_rpc(method, call).await;
     let result = if answer.is_ok() { "Succeeded" } else { "Failed" };
     ctx.metrics.operations.with_label_values(&[method, result]).inc();
     answer.map(tonic::Response::into_inner).map_err(|s| format!("{:?}: {}", s.code(), s.message()))

@@ -1,5 +1,5 @@
 //! The act step of each one-shot job kind: which sidecars to call and what their answers mean.
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use api::csiaddons::{EncryptionKeyRotationJob, ReclaimSpaceJob};
 use api::proto::internal::encryption_key_rotation_client::EncryptionKeyRotationClient;
@@ -9,22 +9,11 @@ use api::proto::internal::{EncryptionKeyRotateRequest, ReclaimSpaceRequest};
 use super::jobs::{AttemptError, Done, JobKind, Volume};
 use crate::context::Context;
 use crate::job::{Limits, ReclaimCall, reclaim_plan, reclaimed_bytes};
+use crate::sidecar_client::with_timeout;
 
 pub const RECLAIM_ONLINE: &str = "reclaim_space.ONLINE";
 pub const RECLAIM_OFFLINE: &str = "reclaim_space.OFFLINE";
 pub const KEY_ROTATION: &str = "encryption_key_rotation.ENCRYPTIONKEYROTATION";
-
-fn request<T>(message: T, timeout: Duration) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    request.set_timeout(timeout);
-    request
-}
-
-/// Records the call's latency; returns the answer.
-fn observed<T>(ctx: &Context, method: &str, started: Instant, answer: &Result<T, tonic::Status>) {
-    let code = answer.as_ref().map_or_else(tonic::Status::code, |_| tonic::Code::Ok);
-    ctx.metrics.observe_rpc(method, code, started.elapsed().as_secs_f64());
-}
 
 impl JobKind for ReclaimSpaceJob {
     const CONTROLLER: &'static str = "reclaimspacejob";
@@ -68,12 +57,17 @@ impl JobKind for ReclaimSpaceJob {
             let Some(connection) = connection else { continue };
             let mut client = ReclaimSpaceClient::new(connection.channel.clone());
             let message = ReclaimSpaceRequest { pv_name: volume.pv.clone() };
-            let started = Instant::now();
-            let answer = match call {
-                ReclaimCall::Node(_) => client.node_reclaim_space(request(message, timeout)).await,
-                ReclaimCall::Controller => client.controller_reclaim_space(request(message, timeout)).await,
-            };
-            observed(ctx, method, started, &answer);
+            let answer = ctx
+                .metrics
+                .timed_rpc(method, async {
+                    match call {
+                        ReclaimCall::Node(_) => client.node_reclaim_space(with_timeout(message, timeout)).await,
+                        ReclaimCall::Controller => {
+                            client.controller_reclaim_space(with_timeout(message, timeout)).await
+                        }
+                    }
+                })
+                .await;
             match answer {
                 Ok(answer) => {
                     let answer = answer.into_inner();
@@ -125,11 +119,10 @@ impl JobKind for EncryptionKeyRotationJob {
         };
         let connection =
             ctx.pool.on_node(&volume.driver, node, KEY_ROTATION).map_err(|e| AttemptError::Transient(e.to_string()))?;
-        let started = Instant::now();
-        let answer = EncryptionKeyRotationClient::new(connection.channel.clone())
-            .encryption_key_rotate(request(EncryptionKeyRotateRequest { pv_name: volume.pv.clone() }, timeout))
-            .await;
-        observed(ctx, "EncryptionKeyRotation/EncryptionKeyRotate", started, &answer);
+        let message = EncryptionKeyRotateRequest { pv_name: volume.pv.clone() };
+        let mut client = EncryptionKeyRotationClient::new(connection.channel.clone());
+        let rotate = client.encryption_key_rotate(with_timeout(message, timeout));
+        let answer = ctx.metrics.timed_rpc("EncryptionKeyRotation/EncryptionKeyRotate", rotate).await;
         match answer {
             Ok(_) => Ok(Done::default()),
             // Upstream counts this as success (defect 6): nothing was rotated.

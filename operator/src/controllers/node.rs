@@ -4,7 +4,7 @@
 //! retry count is a status field (defect 27), a healthy pooled connection is reused rather than
 //! replaced every pass (defect 19), `ip:port` endpoints work (defect 7).
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use api::csiaddons::{CSIADDONSNODE_FINALIZER, CSIAddonsNode, NetworkFenceClientStatus, SIDECAR_POD_ANNOTATION};
 use api::proto::identity::GetCapabilitiesRequest;
@@ -18,6 +18,7 @@ use serde_json::json;
 use crate::context::{Context, ReconcileError, locked, now_seconds};
 use crate::pool::{Connection, Target, parse_endpoint, pool_key, resolve};
 use crate::sidecar_client::SidecarChannel;
+use crate::sidecar_client::with_timeout;
 
 const NAME: &str = "csiaddonsnode";
 /// A connected sidecar is re-checked this often (upstream: 1 hour).
@@ -225,12 +226,9 @@ fn connection(
 }
 
 async fn capabilities(ctx: &Context, channel: SidecarChannel) -> Result<Vec<String>, String> {
-    let mut request = tonic::Request::new(GetCapabilitiesRequest {});
-    request.set_timeout(CAPABILITIES_TIMEOUT);
-    let started = Instant::now();
-    let answer = IdentityClient::new(channel).get_capabilities(request).await;
-    let code = answer.as_ref().map_or_else(tonic::Status::code, |_| tonic::Code::Ok);
-    ctx.metrics.observe_rpc("Identity/GetCapabilities", code, started.elapsed().as_secs_f64());
+    let request = with_timeout(GetCapabilitiesRequest {}, CAPABILITIES_TIMEOUT);
+    let mut client = IdentityClient::new(channel);
+    let answer = ctx.metrics.timed_rpc("Identity/GetCapabilities", client.get_capabilities(request)).await;
     let answer = answer.map_err(|s| format!("GetCapabilities: {:?}: {}", s.code(), s.message()))?;
     Ok(api::capabilities::to_strings(&answer.into_inner().capabilities))
 }

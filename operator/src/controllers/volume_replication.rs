@@ -5,7 +5,7 @@
 //! (defect 22); a driver without GetReplicationDestinationInfo is "not supported", not a retry
 //! loop; terminating PVCs are never replicated; events on every transition and failure.
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use api::proto::internal::replication_client::ReplicationClient;
 use api::proto::internal::{self as pb, replication_source as wire};
@@ -21,6 +21,7 @@ use super::replication_source::{self, Source};
 use crate::context::{Context, ReconcileError, condition, set_condition};
 use crate::pool::Connection;
 use crate::replication::{self as rep, Call, ClassParameters, DESTINATION_INFO, VOLUME_REPLICATION, VR_FINALIZER};
+use crate::sidecar_client::with_timeout;
 
 const NAME: &str = "volumereplication";
 const CALL_TIMEOUT: Duration = Duration::from_secs(180);
@@ -137,9 +138,7 @@ async fn release(ctx: &Context, vr: &VolumeReplication, source: Option<&Source>)
 }
 
 fn timed<T>(message: T) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    request.set_timeout(CALL_TIMEOUT);
-    request
+    with_timeout(message, CALL_TIMEOUT)
 }
 
 fn source(volume: &Volume) -> Option<pb::ReplicationSource> {
@@ -194,28 +193,25 @@ async fn call(
             })
         };
     }
-    let started = Instant::now();
-    let (method, answer) = match what {
-        Call::Enable => (
-            "Replication/EnableVolumeReplication",
-            client.enable_volume_replication(request!(EnableVolumeReplicationRequest {})).await.map(|_| true),
-        ),
-        Call::Promote => (
-            "Replication/PromoteVolume",
-            client.promote_volume(request!(PromoteVolumeRequest { force })).await.map(|_| true),
-        ),
-        Call::Demote => (
-            "Replication/DemoteVolume",
-            client.demote_volume(request!(DemoteVolumeRequest { force })).await.map(|_| true),
-        ),
-        Call::Resync { force } => (
-            "Replication/ResyncVolume",
-            client.resync_volume(request!(ResyncVolumeRequest { force })).await.map(|r| r.into_inner().ready),
-        ),
+    let method = match what {
+        Call::Enable => "Replication/EnableVolumeReplication",
+        Call::Promote => "Replication/PromoteVolume",
+        Call::Demote => "Replication/DemoteVolume",
+        Call::Resync { .. } => "Replication/ResyncVolume",
     };
-    let code = answer.as_ref().map_or_else(tonic::Status::code, |_| tonic::Code::Ok);
-    ctx.metrics.observe_rpc(method, code, started.elapsed().as_secs_f64());
-    answer
+    let ask = async {
+        match what {
+            Call::Enable => {
+                client.enable_volume_replication(request!(EnableVolumeReplicationRequest {})).await.map(|_| true)
+            }
+            Call::Promote => client.promote_volume(request!(PromoteVolumeRequest { force })).await.map(|_| true),
+            Call::Demote => client.demote_volume(request!(DemoteVolumeRequest { force })).await.map(|_| true),
+            Call::Resync { force } => {
+                client.resync_volume(request!(ResyncVolumeRequest { force })).await.map(|r| r.into_inner().ready)
+            }
+        }
+    };
+    ctx.metrics.timed_rpc(method, ask).await
 }
 
 /// Runs the plan and writes the outcome.
@@ -321,11 +317,9 @@ async fn info(
         secret_namespace,
         replication_source: source(volume),
     };
-    let started = Instant::now();
-    let answer =
-        ReplicationClient::new(volume.leader.channel.clone()).get_volume_replication_info(timed(request)).await;
-    let code = answer.as_ref().map_or_else(tonic::Status::code, |_| tonic::Code::Ok);
-    ctx.metrics.observe_rpc("Replication/GetVolumeReplicationInfo", code, started.elapsed().as_secs_f64());
+    let mut client = ReplicationClient::new(volume.leader.channel.clone());
+    let ask = client.get_volume_replication_info(timed(request));
+    let answer = ctx.metrics.timed_rpc("Replication/GetVolumeReplicationInfo", ask).await;
     let generation = vr.metadata.generation;
     match answer {
         Ok(info) => {
@@ -377,11 +371,9 @@ async fn destination(
     let (secret_name, secret_namespace) = secret(volume);
     let request =
         pb::GetReplicationDestinationInfoRequest { secret_name, secret_namespace, replication_source: source(volume) };
-    let started = Instant::now();
-    let answer =
-        ReplicationClient::new(volume.leader.channel.clone()).get_replication_destination_info(timed(request)).await;
-    let code = answer.as_ref().map_or_else(tonic::Status::code, |_| tonic::Code::Ok);
-    ctx.metrics.observe_rpc("Replication/GetReplicationDestinationInfo", code, started.elapsed().as_secs_f64());
+    let mut client = ReplicationClient::new(volume.leader.channel.clone());
+    let ask = client.get_replication_destination_info(timed(request));
+    let answer = ctx.metrics.timed_rpc("Replication/GetReplicationDestinationInfo", ask).await;
     let next = match answer {
         Ok(answer) => match answer.into_inner().replication_destination.and_then(|d| d.r#type) {
             Some(pb::replication_destination::Type::Volume(v)) => {
