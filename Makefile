@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: demo-down bundle bundle-validate bundle-build helm-template all build test bench-sidecar bench-manager test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
+.PHONY: test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench-sidecar bench-manager test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
 
 all: build
 
@@ -23,6 +23,15 @@ test: control-plane test-peers ## Run every test: unit tests, then the suites on
 	PROMETHEUS_CRDS="$$(hack/prometheus-crds.sh)" OPERATOR_SDK_DIR="$$(hack/operator-sdk.sh)" HELM="$$(hack/helm.sh)" \
 	CSI_PROVISIONER="$$(hack/csi-provisioner.sh)" \
 	$(CARGO) test --workspace --locked
+
+test-interop: control-plane ## The story's reclaim, fence and replication steps with upstream's v0.14.0 manager or sidecar as the other half (builds upstream's once)
+	@hack/csi-provisioner.sh >/dev/null
+	@hack/upstream-binaries.sh >/dev/null
+	$(CARGO) build --workspace --bins --locked
+	# One pair at a time: each runs a control plane and a whole stack of its own.
+	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" CSI_PROVISIONER="$$(hack/csi-provisioner.sh)" \
+	UPSTREAM_BINARIES="$$(hack/upstream-binaries.sh)" \
+	$(CARGO) test --locked -p integration-tests --test integration interop_ -- --ignored --test-threads=1
 
 bench-sidecar: control-plane ## Print our sidecar's RSS next to upstream's v0.14.0 sidecar (the image's build; builds upstream's once)
 	$(CARGO) build --profile sidecar --locked -p sidecar --bin csi-addons-sidecar --target $(SHIP_TARGET)

@@ -19,9 +19,18 @@ fn mounts_under(dir: &Path) -> Vec<String> {
     found
 }
 
-/// Detaches every mount under `dir` and removes it. Loop devices set up with autoclear go with
-/// their last mount.
+/// Detaches every mount under `dir` and removes it.
 pub fn remove_demo_dir(dir: &Path) -> crate::Result<()> {
+    unmount_under(dir);
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(crate::Error::Io { what: format!("removing {}", dir.display()), source: e }),
+    }
+}
+
+/// Detaches every mount under `dir`. Loop devices set up with autoclear go with their last mount.
+pub fn unmount_under(dir: &Path) {
     for point in mounts_under(dir) {
         let Ok(path) = std::ffi::CString::new(point.clone()) else { continue };
         // SAFETY: umount2 with a valid NUL-terminated path; MNT_DETACH never blocks on busy mounts.
@@ -29,10 +38,5 @@ pub fn remove_demo_dir(dir: &Path) -> crate::Result<()> {
         if rc != 0 {
             eprintln!("demo: could not unmount {point}: {}", std::io::Error::last_os_error());
         }
-    }
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(crate::Error::Io { what: format!("removing {}", dir.display()), source: e }),
     }
 }

@@ -7,6 +7,7 @@
 //! makes exactly the CSI calls and API writes the kubelet and the attacher would, and says so.
 pub mod cleanup;
 pub mod kube_apply;
+pub mod peers;
 pub mod stack;
 pub mod story;
 

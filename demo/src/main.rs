@@ -40,7 +40,7 @@ async fn run() -> anyhow::Result<()> {
         .parent()
         .map(PathBuf::from)
         .context("finding the directory of the workspace's binaries")?;
-    let options = Options { dir: dir.clone(), bin_dir, csi_provisioner };
+    let options = Options::demo(dir.clone(), bin_dir, csi_provisioner);
     let say = |line: &str| println!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64());
 
     println!("csi-addons-rs demo: everything runs as local processes; logs under {}/logs", dir.display());

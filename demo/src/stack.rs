@@ -4,11 +4,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::kube_apply::Applier;
+use crate::peers::{Build, ServiceAccountFiles};
 use crate::{Error, Result};
 
 pub const DRIVER: &str = "reference.csi-addons-rs.io";
@@ -20,6 +21,7 @@ pub const DRIVER_NAMESPACE: &str = "reference-driver";
 pub const MANAGER_NAMESPACE: &str = "csi-addons-system";
 pub const DEMO_NAMESPACE: &str = "demo";
 const MANAGER_ACCOUNT: &str = "csi-addons-controller-manager";
+const SIDECAR_ACCOUNT: &str = "csi-addons-sidecar";
 
 /// Where the stack finds what it runs.
 pub struct Options {
@@ -28,6 +30,24 @@ pub struct Options {
     /// Holds reference-driver, csi-addons-sidecar and csi-addons-manager.
     pub bin_dir: PathBuf,
     pub csi_provisioner: PathBuf,
+    /// Which build runs the sidecars, and which the manager (upstream's for the interop suite).
+    pub sidecar: Build,
+    pub manager: Build,
+    /// Bearer tokens and TLS between the manager and the sidecars, as deployed by default.
+    pub auth: bool,
+}
+
+impl Options {
+    /// The demo: our builds throughout, manager and sidecars talking over loopback without tokens
+    /// (TokenReview and --allowed-identities are exercised by the sidecar suites and the interop one).
+    pub fn demo(dir: PathBuf, bin_dir: PathBuf, csi_provisioner: PathBuf) -> Self {
+        Options { dir, bin_dir, csi_provisioner, sidecar: Build::Ours, manager: Build::Ours, auth: false }
+    }
+
+    /// Whether a half runs upstream's build.
+    fn interop(&self) -> bool {
+        self.sidecar.is_upstream() || self.manager.is_upstream()
+    }
 }
 
 /// A process of the stack and its log.
@@ -45,6 +65,8 @@ pub struct Stack {
     components: Vec<Component>,
     /// The node plugin's CSI socket: the story makes the kubelet's calls on it.
     pub node_csi: Channel,
+    upstream_sidecar: bool,
+    upstream_manager: bool,
 }
 
 impl Stack {
@@ -72,6 +94,8 @@ impl Stack {
             applier,
             components: Vec::new(),
             node_csi: Endpoint::from_static("http://localhost").connect_lazy(),
+            upstream_sidecar: options.sidecar.is_upstream(),
+            upstream_manager: options.manager.is_upstream(),
         };
         stack.install(say).await?;
 
@@ -93,43 +117,76 @@ impl Stack {
         }
         stack.node_csi = unix_channel(&stack.dir.join("node/csi.sock")).await?;
 
+        let interop = options.interop();
+        if interop {
+            say(&format!(
+                "interop: sidecars {}, manager {}; the sidecars register pod:// endpoints (upstream's manager takes \
+                 no other) and their Pods' status.podIP is set to 127.0.0.1",
+                options.sidecar.label(),
+                options.manager.label()
+            ));
+        }
         say("registering a sidecar next to each plugin (Pods of a StatefulSet and a DaemonSet; no kubelet runs)");
         let admin = stack.control_plane.kubeconfig_path().to_path_buf();
         for (mode, workload, pod) in [
             ("controller", "StatefulSet", "reference-csi-controller-0"),
             ("node", "DaemonSet", "reference-csi-node-d7x4q"),
         ] {
-            let uid = stack.sidecar_pod(workload, pod).await?;
-            let mut command = Command::new(options.bin_dir.join("csi-addons-sidecar"));
+            let uid = stack.sidecar_pod(workload, pod, interop).await?;
+            let mut command = match &options.sidecar {
+                Build::Ours => {
+                    let mut command = Command::new(options.bin_dir.join("csi-addons-sidecar"));
+                    command.env("KUBECONFIG", &admin).env_remove("KUBERNETES_SERVICE_HOST");
+                    command
+                }
+                Build::Upstream(binary) => stack
+                    .service_account(DRIVER_NAMESPACE, SIDECAR_ACCOUNT)
+                    .await?
+                    .in_cluster_command(binary, &stack.api_port()),
+            };
+            // The same flags for either build.
             command
                 .arg(format!("-csi-addons-address=unix://{}", stack.dir.join(mode).join("csi-addons.sock").display()))
                 .arg(format!("-node-id={NODE}"))
                 .arg(format!("-controller-port={}", free_port()?))
-                .arg("-controller-ip=127.0.0.1")
                 .arg(format!("-pod={pod}"))
                 .arg(format!("-namespace={DRIVER_NAMESPACE}"))
                 .arg(format!("-pod-uid={uid}"))
                 .arg(format!("-stagingpath={}", stack.staging_root().display()))
-                // The demo's manager and sidecars talk over loopback without tokens; TokenReview and
-                // --allowed-identities are exercised by the sidecar suites.
-                .arg("-enable-auth=false")
-                .env("KUBECONFIG", &admin)
-                .env_remove("KUBERNETES_SERVICE_HOST");
+                .arg(format!("-enable-auth={}", options.auth));
+            if !interop {
+                // An `ip:port` endpoint on loopback: no Pod IP to look up.
+                command.arg("-controller-ip=127.0.0.1");
+            }
             stack.spawn(if mode == "controller" { "sidecar (controller)" } else { "sidecar (node)" }, command)?;
         }
 
-        say("starting csi-addons-manager as its ServiceAccount, bound to the release RBAC (no Secrets)");
-        let kubeconfig = stack.manager_kubeconfig().await?;
-        let mut manager = Command::new(options.bin_dir.join("csi-addons-manager"));
+        let manager_account = stack.service_account(MANAGER_NAMESPACE, MANAGER_ACCOUNT).await?;
+        let kubeconfig = stack.manager_kubeconfig(&manager_account).await?;
+        let mut manager = match &options.manager {
+            Build::Ours => {
+                say("starting csi-addons-manager as its ServiceAccount, bound to the release RBAC (no Secrets)");
+                let mut manager = Command::new(options.bin_dir.join("csi-addons-manager"));
+                manager
+                    .arg(format!("--sidecar-token-file={}", manager_account.token().display()))
+                    .arg(format!("--metrics-bind-address=127.0.0.1:{}", free_port()?))
+                    .env_remove("KUBERNETES_SERVICE_HOST")
+                    .env("RUST_LOG", "info")
+                    .env("NO_COLOR", "1");
+                manager
+            }
+            Build::Upstream(binary) => {
+                say("starting upstream's csi-addons manager v0.14.0 as the manager's ServiceAccount");
+                let mut manager = manager_account.in_cluster_command(binary, &stack.api_port());
+                manager.args(["--metrics-bind-address=0", "--leader-elect=false"]);
+                manager
+            }
+        };
         manager
             .arg(format!("--namespace={MANAGER_NAMESPACE}"))
-            .arg("--enable-auth=false")
+            .arg(format!("--enable-auth={}", options.auth))
             .arg(format!("--health-probe-bind-address=127.0.0.1:{}", free_port()?))
-            .arg(format!("--metrics-bind-address=127.0.0.1:{}", free_port()?))
-            .env("KUBECONFIG", kubeconfig)
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1");
+            .env("KUBECONFIG", kubeconfig);
         stack.spawn("csi-addons-manager", manager)?;
 
         say("starting csi-provisioner v6.3.0 against the controller plugin");
@@ -171,9 +228,37 @@ impl Stack {
         self.applier.apply_yaml(&yaml).await
     }
 
-    /// A kubeconfig with a token of the manager's ServiceAccount (TokenRequest).
-    async fn manager_kubeconfig(&self) -> Result<PathBuf> {
-        let token = self.control_plane.token(&self.client, MANAGER_NAMESPACE, MANAGER_ACCOUNT).await?;
+    /// A ServiceAccount's token (TokenRequest) written as a Pod would find it. Upstream's binaries
+    /// get cluster-admin: they are test peers here, and their RBAC is not ours to prove.
+    async fn service_account(&self, namespace: &str, account: &str) -> Result<ServiceAccountFiles> {
+        let token = self.control_plane.token(&self.client, namespace, account).await?;
+        let upstream = match account {
+            MANAGER_ACCOUNT => self.upstream_manager,
+            _ => self.upstream_sidecar,
+        };
+        if upstream {
+            self.applier
+                .apply(json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                    "metadata": {"name": format!("interop-upstream-{account}")},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                    "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+                }))
+                .await?;
+        }
+        let dir = self.dir.join("serviceaccounts").join(account);
+        ServiceAccountFiles::write(dir, &token, self.control_plane.ca_cert_path(), namespace)
+    }
+
+    /// The API server's port on 127.0.0.1.
+    fn api_port(&self) -> String {
+        let url = self.control_plane.server_url();
+        url.trim_end_matches('/').rsplit(':').next().unwrap_or_default().to_owned()
+    }
+
+    /// A kubeconfig with the manager's ServiceAccount token.
+    async fn manager_kubeconfig(&self, account: &ServiceAccountFiles) -> Result<PathBuf> {
+        let token = std::fs::read_to_string(account.token()).map_err(Error::io("reading the manager's token"))?;
         let kubeconfig = json!({
             "apiVersion": "v1", "kind": "Config",
             "clusters": [{"name": "demo", "cluster": {
@@ -189,8 +274,10 @@ impl Stack {
         Ok(path)
     }
 
-    /// The workload and its Pod that a sidecar registers for; returns the Pod's UID.
-    async fn sidecar_pod(&self, kind: &str, pod: &str) -> Result<String> {
+    /// The workload and its Pod that a sidecar registers for; returns the Pod's UID. With
+    /// `loopback_ip`, the Pod's status gets the IP a kubelet would give it: 127.0.0.1, where the
+    /// sidecar listens, for managers that dial `pod://` endpoints through the Pod's IP.
+    async fn sidecar_pod(&self, kind: &str, pod: &str, loopback_ip: bool) -> Result<String> {
         let app = pod.rsplit_once('-').map_or(pod, |(base, _)| base);
         let spec = json!({
             "selector": {"matchLabels": {"app": app}},
@@ -212,6 +299,10 @@ impl Stack {
         }))
         .map_err(|e| Error::Manifest(e.to_string()))?;
         let created = pods.create(&PostParams::default(), &object).await?;
+        if loopback_ip {
+            let status = json!({"status": {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}});
+            pods.patch_status(pod, &PatchParams::default(), &Patch::Merge(&status)).await?;
+        }
         Ok(created.metadata.uid.unwrap_or_default())
     }
 
@@ -289,6 +380,8 @@ impl Drop for Stack {
             testenv::process::stop(&mut component.child, Duration::from_secs(5));
         }
         self.control_plane.stop();
+        // What a story stopped midway left staged or published (the logs stay for reading).
+        crate::cleanup::unmount_under(&self.dir);
     }
 }
 

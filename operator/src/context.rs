@@ -137,8 +137,14 @@ impl Context {
         self.settings.borrow().clone()
     }
 
-    /// Publishes an event on `object`; a failure to publish is logged, never fatal.
+    /// Publishes an event on `object`; a failure to publish is logged, never fatal. Warnings are
+    /// logged too: an operator's log should show what failed without `kubectl get events`.
     pub async fn event<K: Resource<DynamicType = ()>>(&self, object: &K, warning: bool, reason: &str, note: String) {
+        if warning {
+            let kind = K::kind(&());
+            let namespace = object.meta().namespace.as_deref().unwrap_or_default();
+            tracing::warn!(%kind, namespace, name = %object.name_any(), reason, message = %note, "operation failed");
+        }
         let event = Event {
             type_: if warning { EventType::Warning } else { EventType::Normal },
             reason: reason.to_owned(),

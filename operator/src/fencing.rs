@@ -109,7 +109,7 @@ pub fn deprecated_fields(spec: &NetworkFenceSpec) -> Vec<&'static str> {
     if spec.driver.is_some() {
         used.push("spec.driver");
     }
-    if spec.secret.is_some() {
+    if spec.secret.as_ref().is_some_and(|s| !s.is_empty()) {
         used.push("spec.secret");
     }
     if spec.parameters.is_some() {
@@ -131,7 +131,7 @@ pub struct FenceRequest {
 /// upstream.
 pub fn request(spec: &NetworkFenceSpec, class: Option<&ClassParameters>) -> FenceRequest {
     let mut parameters = spec.parameters.clone().unwrap_or_default();
-    let mut secret = spec.secret.as_ref().map(|s| (s.name.clone(), s.namespace.clone()));
+    let mut secret = spec.secret.as_ref().filter(|s| !s.is_empty()).map(|s| (s.name.clone(), s.namespace.clone()));
     if let Some(class) = class {
         parameters.extend(class.parameters.clone());
         if class.secret.is_some() {

@@ -1,41 +1,90 @@
 //! The demo's story as assertions, on the same stack as `make demo` (a control plane of its own:
 //! the story's manager watches the whole cluster): every step succeeds and its measured effect is
 //! what the operation should have done.
+//!
+//! The interop pairs (`make test-interop`, ignored by a plain `cargo test`) run the story's
+//! reclaim-space, fencing and replication steps with one half upstream's v0.14.0 build, with
+//! authentication on (bearer tokens over TLS, both builds' default): our manager driving upstream's
+//! sidecars, and upstream's manager driving ours.
+use demo::peers::Build;
 use demo::stack::{Options, Stack};
-use demo::story::{self, MIB};
+use demo::story::{self, MIB, Outcome};
 
 use crate::support::{test_peer, workspace_binary};
+
+fn options(dir: &tempfile::TempDir) -> Options {
+    let manager = workspace_binary("csi-addons-manager");
+    Options::demo(
+        dir.path().join("demo"),
+        manager.parent().unwrap().to_path_buf(),
+        test_peer("CSI_PROVISIONER", "csi-provisioner.sh"),
+    )
+}
+
+/// Starts the stack in `dir` and runs `steps`; a failed step panics with its step, object and log
+/// tail, and leaves `dir` (every component's log) behind.
+async fn run(dir: tempfile::TempDir, options: &Options, steps: &[&str]) -> Vec<Outcome> {
+    let stack = Stack::start(options, &|line| eprintln!("e2e: {line}")).await.unwrap();
+    let outcomes = match story::run_steps(&stack, steps, &mut |o| eprintln!("e2e: {} — {}", o.step, o.effect)).await {
+        Ok(outcomes) => outcomes,
+        Err(failure) => {
+            drop(stack);
+            panic!("{failure}\nall logs: {}", dir.keep().join("demo/logs").display())
+        }
+    };
+    assert_eq!(outcomes.len(), steps.len(), "every step ran");
+    outcomes
+}
+
+fn fact(outcomes: &[Outcome], step: &str, name: &str) -> i64 {
+    let outcome = outcomes.iter().find(|o| o.step == step).unwrap_or_else(|| panic!("no step {step}"));
+    *outcome.facts.get(name).unwrap_or_else(|| panic!("{step} measured no {name}: {outcome:?}"))
+}
+
+/// What reclaiming, fencing and group replication measurably did.
+fn check_protection_effects(outcomes: &[Outcome]) {
+    assert_eq!(fact(outcomes, "Provision", "bound"), 5);
+    assert_eq!(fact(outcomes, "NetworkFence", "refused"), 1);
+    assert_eq!(fact(outcomes, "VolumeGroupReplication", "members"), 2);
+    if reference_driver::mounts::loop_unavailable_reason().is_none() {
+        // Loop-backed volumes: the freed blocks went back to the host. 128 MiB and 64 MiB were
+        // written and deleted; ext4's own metadata stays allocated.
+        let freed = |step: &str| fact(outcomes, step, "before") - fact(outcomes, step, "after");
+        let attached = freed("ReclaimSpaceJob (attached)");
+        assert!(attached >= 96 * MIB, "the attached reclaim gave back only {attached} bytes");
+        let unattached = freed("ReclaimSpaceJob (unattached)");
+        assert!(unattached >= 48 * MIB, "the unattached reclaim gave back only {unattached} bytes");
+    }
+}
 
 #[tokio::test]
 async fn the_demo_story_runs_every_operation_with_its_effect() {
     let dir = tempfile::tempdir().unwrap();
-    let manager = workspace_binary("csi-addons-manager");
-    let options = Options {
-        dir: dir.path().join("demo"),
-        bin_dir: manager.parent().unwrap().to_path_buf(),
-        csi_provisioner: test_peer("CSI_PROVISIONER", "csi-provisioner.sh"),
-    };
-    let stack = Stack::start(&options, &|line| eprintln!("e2e: {line}")).await.unwrap();
-    let outcomes = match story::run(&stack, &mut |o| eprintln!("e2e: {} — {}", o.step, o.effect)).await {
-        Ok(outcomes) => outcomes,
-        Err(failure) => panic!("{failure}"),
-    };
-    assert_eq!(outcomes.len(), story::STEPS.len(), "every step ran");
-    let fact = |step: &str, name: &str| -> i64 {
-        let outcome = outcomes.iter().find(|o| o.step == step).unwrap_or_else(|| panic!("no step {step}"));
-        *outcome.facts.get(name).unwrap_or_else(|| panic!("{step} measured no {name}: {outcome:?}"))
-    };
-    assert_eq!(fact("Provision", "bound"), 5);
-    assert_eq!(fact("StorageClass schedule", "cron_jobs"), 5);
-    assert_eq!(fact("EncryptionKeyRotationJob", "rotated"), 1);
-    assert_eq!(fact("NetworkFence", "refused"), 1);
-    assert_eq!(fact("VolumeGroupReplication", "members"), 2);
-    if reference_driver::mounts::loop_unavailable_reason().is_none() {
-        // Loop-backed volumes: the freed blocks went back to the host. 128 MiB and 64 MiB were
-        // written and deleted; ext4's own metadata stays allocated.
-        let attached = fact("ReclaimSpaceJob (attached)", "before") - fact("ReclaimSpaceJob (attached)", "after");
-        assert!(attached >= 96 * MIB, "the attached reclaim gave back only {attached} bytes");
-        let unattached = fact("ReclaimSpaceJob (unattached)", "before") - fact("ReclaimSpaceJob (unattached)", "after");
-        assert!(unattached >= 48 * MIB, "the unattached reclaim gave back only {unattached} bytes");
-    }
+    let steps = story::STEPS.map(|(step, _, _)| step);
+    let options = options(&dir);
+    let outcomes = run(dir, &options, &steps).await;
+    check_protection_effects(&outcomes);
+    assert_eq!(fact(&outcomes, "StorageClass schedule", "cron_jobs"), 5);
+    assert_eq!(fact(&outcomes, "EncryptionKeyRotationJob", "rotated"), 1);
+}
+
+/// Upstream's v0.14.0 manager, sidecar and CLI (hack/upstream-binaries.sh builds them once).
+fn upstream(binary: &str) -> Build {
+    Build::Upstream(test_peer("UPSTREAM_BINARIES", "upstream-binaries.sh").join(binary))
+}
+
+#[tokio::test]
+#[ignore = "interop with upstream's v0.14.0 build: `make test-interop`"]
+async fn interop_our_manager_drives_upstreams_sidecars() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options { sidecar: upstream("sidecar"), auth: true, ..options(&dir) };
+    check_protection_effects(&run(dir, &options, &story::INTEROP_STEPS).await);
+}
+
+#[tokio::test]
+#[ignore = "interop with upstream's v0.14.0 build: `make test-interop`"]
+async fn interop_upstreams_manager_drives_our_sidecars() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options { manager: upstream("manager"), auth: true, ..options(&dir) };
+    check_protection_effects(&run(dir, &options, &story::INTEROP_STEPS).await);
 }

@@ -15,15 +15,29 @@ pub enum FenceState {
     Unfenced,
 }
 
-/// A Secret by name and namespace.
+/// A Secret by name and namespace. Both fields are optional in the schema, as in upstream's:
+/// upstream's manager writes `secret: {}` back on every update of a fence that names no secret
+/// (a Go struct field), so requiring them would break it as a drop-in peer.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(
+    validation = Rule::new("has(self.name) == has(self.namespace)").message("secret needs both name and namespace")
+)]
 pub struct SecretReference {
     /// Name of the Secret.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     #[x_kube(validation = Rule::new("self == oldSelf").message("name is immutable"))]
     pub name: String,
     /// Namespace of the Secret.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     #[x_kube(validation = Rule::new("self == oldSelf").message("namespace is immutable"))]
     pub namespace: String,
+}
+
+impl SecretReference {
+    /// `secret: {}`: no Secret named.
+    pub fn is_empty(&self) -> bool {
+        self.name.is_empty() && self.namespace.is_empty()
+    }
 }
 
 /// Desired state of a NetworkFence: block (or unblock) storage access from a set of CIDRs.

@@ -5,15 +5,31 @@ use serde_json::{Value, json};
 
 use super::volumes::GROUP_LABEL;
 use super::{Outcome, Story};
-use crate::stack::{DEMO_NAMESPACE, DRIVER, NODE_IP};
+use crate::stack::{DEMO_NAMESPACE, DRIVER, DRIVER_NAMESPACE, NODE_IP};
 use crate::{Error, Result};
 
 const CSIADDONS: &str = "csiaddons.openshift.io/v1alpha1";
 const REPLICATION: &str = "replication.storage.openshift.io/v1alpha1";
 const FENCE: &str = "demo-node-fence";
+const DRIVER_SECRET: &str = "demo-driver-credentials";
 const REPLICATION_CLASS: &str = "demo-replication";
 
 impl Story<'_> {
+    /// The driver's credentials, as Ceph-CSI's: the classes name the Secret and the sidecar reads
+    /// it (the manager never reads Secrets). Upstream's sidecar needs one: it always reads the
+    /// Secret, and refuses a fence or a replication that names none.
+    async fn driver_credentials(&self) -> Result<()> {
+        self.stack
+            .applier
+            .apply(json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": DRIVER_SECRET, "namespace": DRIVER_NAMESPACE},
+                "stringData": {"userID": "demo-admin", "userKey": "demo-key"},
+            }))
+            .await?;
+        Ok(())
+    }
+
     async fn fence_state(&self, state: &str, message: &str) -> Result<Value> {
         let fences = self.stack.applier.api(CSIADDONS, "NetworkFence", "")?;
         let patch = json!({"spec": {"fenceState": state}});
@@ -24,11 +40,16 @@ impl Story<'_> {
 
     pub(super) async fn fence(&mut self) -> Result<Outcome> {
         let applier = &self.stack.applier;
+        self.driver_credentials().await?;
         applier
             .apply(json!({
                 "apiVersion": CSIADDONS, "kind": "NetworkFenceClass",
                 "metadata": {"name": "demo-fence-class"},
-                "spec": {"provisioner": DRIVER, "parameters": {"clusterID": "demo"}},
+                "spec": {"provisioner": DRIVER, "parameters": {
+                    "clusterID": "demo",
+                    "csiaddons.openshift.io/networkfence-secret-name": DRIVER_SECRET,
+                    "csiaddons.openshift.io/networkfence-secret-namespace": DRIVER_NAMESPACE,
+                }},
             }))
             .await?;
         // A volume staged on the node before the fence: publishing it is what fencing must stop.
@@ -68,11 +89,16 @@ impl Story<'_> {
 
     pub(super) async fn replicate(&mut self) -> Result<Outcome> {
         let applier = &self.stack.applier;
+        self.driver_credentials().await?;
         applier
             .apply(json!({
                 "apiVersion": REPLICATION, "kind": "VolumeReplicationClass",
                 "metadata": {"name": REPLICATION_CLASS},
-                "spec": {"provisioner": DRIVER, "parameters": {"schedulingInterval": "1m"}},
+                "spec": {"provisioner": DRIVER, "parameters": {
+                    "schedulingInterval": "1m",
+                    "replication.storage.openshift.io/replication-secret-name": DRIVER_SECRET,
+                    "replication.storage.openshift.io/replication-secret-namespace": DRIVER_NAMESPACE,
+                }},
             }))
             .await?;
         applier
@@ -104,11 +130,15 @@ impl Story<'_> {
 
     pub(super) async fn replicate_group(&mut self) -> Result<Outcome> {
         let applier = &self.stack.applier;
+        self.driver_credentials().await?;
         applier
             .apply(json!({
                 "apiVersion": REPLICATION, "kind": "VolumeGroupReplicationClass",
                 "metadata": {"name": "demo-group-replication"},
-                "spec": {"provisioner": DRIVER, "parameters": {}},
+                "spec": {"provisioner": DRIVER, "parameters": {
+                    "replication.storage.openshift.io/group-replication-secret-name": DRIVER_SECRET,
+                    "replication.storage.openshift.io/group-replication-secret-namespace": DRIVER_NAMESPACE,
+                }},
             }))
             .await?;
         applier
