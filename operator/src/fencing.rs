@@ -242,6 +242,17 @@ mod tests {
         assert_eq!(deprecated_fields(&s), ["spec.driver", "spec.secret", "spec.parameters"]);
     }
 
+    #[test]
+    fn the_empty_secret_upstreams_manager_writes_back_names_no_secret() {
+        let decoded: NetworkFenceSpec =
+            serde_json::from_value(serde_json::json!({"networkFenceClassName": "c", "cidrs": [], "secret": {}}))
+                .unwrap();
+        assert_eq!(decoded.secret, Some(SecretReference::default()));
+        assert!(deprecated_fields(&decoded).is_empty());
+        let class = ClassParameters { parameters: BTreeMap::new(), secret: None };
+        assert_eq!(request(&decoded, Some(&class)).secret_name, "");
+    }
+
     fn fence(state: FenceState, generation: i64, condition: Option<(&str, i64)>) -> NetworkFence {
         let mut fence = NetworkFence::new("f", spec(Some("c"), None, &["10.0.0.1"]));
         fence.spec.fence_state = state;
