@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench-sidecar bench-manager test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
+.PHONY: fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench-sidecar bench-manager test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
 
 all: build
 
@@ -32,6 +32,11 @@ test-interop: control-plane ## The story's reclaim, fence and replication steps 
 	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" CSI_PROVISIONER="$$(hack/csi-provisioner.sh)" \
 	UPSTREAM_BINARIES="$$(hack/upstream-binaries.sh)" \
 	$(CARGO) test --locked -p integration-tests --test integration interop_ -- --ignored --test-threads=1
+
+fuzz: control-plane ## Hostile input for every parser of outside input: 100,000 proptest cases each (make test runs 256)
+	$(CARGO) build --workspace --bins --locked
+	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" PROPTEST_CASES=$${PROPTEST_CASES:-100000} \
+	$(CARGO) test --locked -p integration-tests --test integration hostile_ -- --nocapture --test-threads=1
 
 bench-sidecar: control-plane ## Print our sidecar's RSS next to upstream's v0.14.0 sidecar (the image's build; builds upstream's once)
 	$(CARGO) build --profile sidecar --locked -p sidecar --bin csi-addons-sidecar --target $(SHIP_TARGET)

@@ -3,8 +3,6 @@
 //! precedence mode (upstream-behaviour §7.7–7.9), and what to do about the cron jobs it has. Pure.
 use std::collections::BTreeMap;
 
-use sha2::{Digest, Sha256};
-
 use crate::flags::SchedulePrecedence;
 use crate::schedule::Schedule;
 
@@ -126,13 +124,7 @@ pub fn desired(feature: Feature, precedence: SchedulePrecedence, sources: &Sourc
 /// The managed cron job's name: `<pvc>-reclaimspace` / `<pvc>-keyrotation` (upstream's
 /// storage-class mode names), shortened with a hash past 253 characters.
 pub fn child_name(pvc: &str, feature: Feature) -> String {
-    let full = format!("{pvc}-{}", feature.suffix());
-    if full.len() <= 253 {
-        return full;
-    }
-    let hash: String = Sha256::digest(full.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect();
-    let cut = (0..=236).rev().find(|i| full.is_char_boundary(*i)).unwrap_or(0);
-    format!("{}-{hash}", &full[..cut])
+    crate::names::fit(&format!("{pvc}-{}", feature.suffix()))
 }
 
 /// A cron job of the feature owned by the PVC.

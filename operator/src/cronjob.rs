@@ -82,9 +82,10 @@ pub struct CronDecision {
 }
 
 /// The child job for the run scheduled at `scheduled_at`: deterministic, so a run can never be
-/// started twice.
+/// started twice; shortened with a hash when the cron job's name is long (upstream's child of a
+/// 253-character cron job has a name the API server refuses).
 pub fn child_name(cron_job: &str, scheduled_at: i64) -> String {
-    format!("{cron_job}-{scheduled_at}")
+    crate::names::fit(&format!("{cron_job}-{scheduled_at}"))
 }
 
 /// The stagger of a cron job: FNV-32a of its UID modulo the window (seconds), as upstream [main];

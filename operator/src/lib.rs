@@ -13,6 +13,7 @@ pub mod flags;
 pub mod job;
 pub mod manager;
 pub mod metrics;
+pub mod names;
 pub mod pool;
 pub mod replication;
 pub mod schedule;

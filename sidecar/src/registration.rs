@@ -254,7 +254,8 @@ pub fn node_object_name(node_id: &str, namespace: &str, owner_kind: &str, owner_
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     // The name is ASCII in practice; cut on a character boundary all the same.
     let cut = (0..=KEPT_PREFIX).rev().find(|i| full.is_char_boundary(*i)).unwrap_or(0);
-    format!("{}-{}", &full[..cut], &hex[..HASH_HEX])
+    // A cut right after a `.` or `-` (node names are often FQDNs) would not be a valid name.
+    format!("{}-{}", full[..cut].trim_end_matches(['.', '-']), &hex[..HASH_HEX])
 }
 
 /// The endpoint the controller dials: `pod://<pod>.<namespace>:<port>`, or `<ip>:<port>` when

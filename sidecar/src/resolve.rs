@@ -19,6 +19,9 @@ pub enum ResolveError {
     },
     #[error("PersistentVolume {0} is not a CSI volume (no spec.csi)")]
     NotCsi(String),
+    /// A name no object can have: refused before any API request is made with it.
+    #[error("{what} {name:?} is not a valid Kubernetes name: {why}")]
+    BadName { what: &'static str, name: String, why: &'static str },
     #[error("getting Secret {namespace}/{name}: {source}")]
     GetSecret {
         namespace: String,
@@ -43,7 +46,35 @@ pub struct Volume {
     pub claim: Option<(String, String)>,
 }
 
+/// Checks `name` as a DNS-1123 subdomain (`label`: a DNS-1123 label, as namespaces are), the
+/// names Kubernetes gives objects. A name from a request goes into a URL path: anything else is
+/// refused here, so that a malformed name is the caller's error and not an API failure to retry.
+pub fn check_name(what: &'static str, name: &str, label: bool) -> Result<(), ResolveError> {
+    let max = if label { 63 } else { 253 };
+    let bad = |why| Err(ResolveError::BadName { what, name: name.chars().take(300).collect(), why });
+    if name.is_empty() {
+        return bad("empty");
+    }
+    if name.len() > max {
+        return bad(if label { "longer than 63 characters" } else { "longer than 253 characters" });
+    }
+    let allowed = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || (!label && b == b'.');
+    if !name.bytes().all(allowed) {
+        return bad(if label {
+            "only lowercase letters, digits and '-' are allowed"
+        } else {
+            "only lowercase letters, digits, '-' and '.' are allowed"
+        });
+    }
+    let alphanumeric = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric());
+    if !alphanumeric(name.bytes().next()) || !alphanumeric(name.bytes().last()) {
+        return bad("must start and end with a letter or digit");
+    }
+    Ok(())
+}
+
 pub async fn volume(client: &Client, pv_name: &str) -> Result<Volume, ResolveError> {
+    check_name("PersistentVolume", pv_name, false)?;
     let pv = Api::<PersistentVolume>::all(client.clone())
         .get(pv_name)
         .await
@@ -66,6 +97,8 @@ pub async fn volume(client: &Client, pv_name: &str) -> Result<Volume, ResolveErr
 
 /// The Secret's data as strings (what CSI calls secrets). Never logged.
 pub async fn secret(client: &Client, namespace: &str, name: &str) -> Result<HashMap<String, String>, ResolveError> {
+    check_name("Secret namespace", namespace, true)?;
+    check_name("Secret", name, false)?;
     let secret = Api::<Secret>::namespaced(client.clone(), namespace)
         .get(name)
         .await
@@ -126,6 +159,20 @@ pub fn capability(volume: &Volume) -> csi::VolumeCapability {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_names_kubernetes_gives_objects_pass() {
+        for good in ["pv-1", "pvc-0a1b.data", "a", &"a".repeat(253)] {
+            assert!(check_name("PersistentVolume", good, false).is_ok(), "{good}");
+        }
+        for bad in ["", "PV", "a/../b", "a b", "-a", "a-", "ä", "a?x=1", &"a".repeat(254)] {
+            assert!(check_name("PersistentVolume", bad, false).is_err(), "{bad}");
+        }
+        assert!(check_name("Secret namespace", "a.b", true).is_err());
+        assert!(check_name("Secret namespace", &"a".repeat(64), true).is_err());
+        let message = check_name("Secret", "a/b", false).unwrap_err().to_string();
+        assert!(message.contains("\"a/b\" is not a valid Kubernetes name"), "{message}");
+    }
 
     fn volume(block: bool) -> Volume {
         Volume {

@@ -12,6 +12,7 @@ mod driver_sanity;
 mod driver_volumes;
 mod e2e;
 mod helm_chart;
+mod hostile_input;
 mod manager_fence;
 mod manager_groups;
 mod manager_harness;

@@ -153,7 +153,7 @@ async fn node_stages(address: &str) -> Result<bool, Status> {
 fn resolve_status(error: &ResolveError, code: tonic::Code) -> Status {
     let api_error = match error {
         ResolveError::GetPv { source, .. } | ResolveError::GetSecret { source, .. } => Some(source),
-        ResolveError::NotCsi(_) => None,
+        ResolveError::NotCsi(_) | ResolveError::BadName { .. } => None,
     };
     match api_error {
         Some(kube::Error::Api(status)) if status.code == 404 || status.code == 403 => {
