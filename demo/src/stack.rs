@@ -120,8 +120,8 @@ impl Stack {
         let interop = options.interop();
         if interop {
             say(&format!(
-                "interop: sidecars {}, manager {}; the sidecars register pod:// endpoints (upstream's manager takes \
-                 no other) and their Pods' status.podIP is set to 127.0.0.1",
+                "interop: sidecars {}, manager {}; the sidecars register pod:// endpoints (upstream's default, and \
+                 the only form upstream's manager takes) and their Pods' status.podIP is set to 127.0.0.1",
                 options.sidecar.label(),
                 options.manager.label()
             ));
@@ -176,7 +176,7 @@ impl Stack {
                 manager
             }
             Build::Upstream(binary) => {
-                say("starting upstream's csi-addons manager v0.14.0 as the manager's ServiceAccount");
+                say("starting upstream's manager v0.14.0 as the manager's ServiceAccount (cluster-admin: a test peer)");
                 let mut manager = manager_account.in_cluster_command(binary, &stack.api_port());
                 manager.args(["--metrics-bind-address=0", "--leader-elect=false"]);
                 manager
