@@ -65,8 +65,6 @@ pub struct Stack {
     components: Vec<Component>,
     /// The node plugin's CSI socket: the story makes the kubelet's calls on it.
     pub node_csi: Channel,
-    upstream_sidecar: bool,
-    upstream_manager: bool,
 }
 
 impl Stack {
@@ -94,8 +92,6 @@ impl Stack {
             applier,
             components: Vec::new(),
             node_csi: Endpoint::from_static("http://localhost").connect_lazy(),
-            upstream_sidecar: options.sidecar.is_upstream(),
-            upstream_manager: options.manager.is_upstream(),
         };
         stack.install(say).await?;
 
@@ -128,21 +124,25 @@ impl Stack {
         }
         say("registering a sidecar next to each plugin (Pods of a StatefulSet and a DaemonSet; no kubelet runs)");
         let admin = stack.control_plane.kubeconfig_path().to_path_buf();
+        // Upstream's sidecars run as one ServiceAccount, as a driver's Pods do.
+        let sidecar_account = match &options.sidecar {
+            Build::Ours => None,
+            Build::Upstream(binary) => {
+                Some((binary, stack.service_account(DRIVER_NAMESPACE, SIDECAR_ACCOUNT, true).await?))
+            }
+        };
         for (mode, workload, pod) in [
             ("controller", "StatefulSet", "reference-csi-controller-0"),
             ("node", "DaemonSet", "reference-csi-node-d7x4q"),
         ] {
             let uid = stack.sidecar_pod(workload, pod, interop).await?;
-            let mut command = match &options.sidecar {
-                Build::Ours => {
+            let mut command = match &sidecar_account {
+                None => {
                     let mut command = Command::new(options.bin_dir.join("csi-addons-sidecar"));
                     command.env("KUBECONFIG", &admin).env_remove("KUBERNETES_SERVICE_HOST");
                     command
                 }
-                Build::Upstream(binary) => stack
-                    .service_account(DRIVER_NAMESPACE, SIDECAR_ACCOUNT)
-                    .await?
-                    .in_cluster_command(binary, &stack.api_port()),
+                Some((binary, account)) => account.in_cluster_command(binary, &stack.api_port()),
             };
             // The same flags for either build.
             command
@@ -161,7 +161,8 @@ impl Stack {
             stack.spawn(if mode == "controller" { "sidecar (controller)" } else { "sidecar (node)" }, command)?;
         }
 
-        let manager_account = stack.service_account(MANAGER_NAMESPACE, MANAGER_ACCOUNT).await?;
+        let manager_account =
+            stack.service_account(MANAGER_NAMESPACE, MANAGER_ACCOUNT, options.manager.is_upstream()).await?;
         let kubeconfig = stack.manager_kubeconfig(&manager_account).await?;
         let mut manager = match &options.manager {
             Build::Ours => {
@@ -228,15 +229,17 @@ impl Stack {
         self.applier.apply_yaml(&yaml).await
     }
 
-    /// A ServiceAccount's token (TokenRequest) written as a Pod would find it. Upstream's binaries
-    /// get cluster-admin: they are test peers here, and their RBAC is not ours to prove.
-    async fn service_account(&self, namespace: &str, account: &str) -> Result<ServiceAccountFiles> {
+    /// A ServiceAccount's token (TokenRequest) written as a Pod would find it; with `cluster_admin`,
+    /// bound to cluster-admin, as upstream's binaries are: test peers here, whose RBAC is not ours
+    /// to prove.
+    async fn service_account(
+        &self,
+        namespace: &str,
+        account: &str,
+        cluster_admin: bool,
+    ) -> Result<ServiceAccountFiles> {
         let token = self.control_plane.token(&self.client, namespace, account).await?;
-        let upstream = match account {
-            MANAGER_ACCOUNT => self.upstream_manager,
-            _ => self.upstream_sidecar,
-        };
-        if upstream {
+        if cluster_admin {
             self.applier
                 .apply(json!({
                     "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",

@@ -143,7 +143,7 @@ impl Context {
         if warning {
             let kind = K::kind(&());
             let namespace = object.meta().namespace.as_deref().unwrap_or_default();
-            tracing::warn!(%kind, namespace, name = %object.name_any(), reason, message = %note, "operation failed");
+            tracing::warn!(%kind, namespace, name = %object.name_any(), reason, message = %note, "warning event");
         }
         let event = Event {
             type_: if warning { EventType::Warning } else { EventType::Normal },
