@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench-sidecar bench-manager test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
+.PHONY: fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
 
 all: build
 
@@ -38,19 +38,22 @@ fuzz: control-plane ## Hostile input for every parser of outside input: 100,000 
 	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" PROPTEST_CASES=$${PROPTEST_CASES:-100000} \
 	$(CARGO) test --locked -p integration-tests --test integration hostile_ -- --nocapture --test-threads=1
 
-bench-sidecar: control-plane ## Print our sidecar's RSS next to upstream's v0.14.0 sidecar (the image's build; builds upstream's once)
+BENCH ?= bench_
+bench: control-plane ## Ours next to upstream's v0.14.0 on one control plane: annotation fan-out (N=1,000 and 10,000), 1,000-job throughput, idle with 1,000 CSIAddonsNodes, sidecar RSS; JSON and plots in bench-results/ (BENCH=bench_jobs for one part)
+	$(CARGO) build --profile manager --locked -p operator --bin csi-addons-manager --target $(SHIP_TARGET)
 	$(CARGO) build --profile sidecar --locked -p sidecar --bin csi-addons-sidecar --target $(SHIP_TARGET)
 	$(CARGO) build --workspace --bins --locked
-	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" UPSTREAM_SIDECAR="$$(hack/upstream-binaries.sh sidecar)" \
-	CSI_ADDONS_SIDECAR="$$PWD/target/$(SHIP_TARGET)/sidecar/csi-addons-sidecar" \
-	$(CARGO) test --locked -p integration-tests --test integration bench_sidecar -- --ignored --nocapture
-
-bench-manager: control-plane ## Annotation fan-out (N=1,000 and 10,000 PVCs): our manager next to upstream's v0.14.0 (builds upstream's once)
-	$(CARGO) build --profile manager --locked -p operator --bin csi-addons-manager --target $(SHIP_TARGET)
-	$(CARGO) build --workspace --bins --locked
-	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" UPSTREAM_MANAGER="$$(hack/upstream-binaries.sh manager)" \
+	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" TESTENV_AUDIT=1 \
+	UPSTREAM_MANAGER="$$(hack/upstream-binaries.sh manager)" UPSTREAM_SIDECAR="$$(hack/upstream-binaries.sh sidecar)" \
+	UPSTREAM_RBAC="$$(hack/upstream-binaries.sh rbac)" \
 	CSI_ADDONS_MANAGER="$$PWD/target/$(SHIP_TARGET)/manager/csi-addons-manager" \
-	$(CARGO) test --locked -p integration-tests --test integration bench_manager -- --ignored --nocapture
+	CSI_ADDONS_SIDECAR="$$PWD/target/$(SHIP_TARGET)/sidecar/csi-addons-sidecar" \
+	$(CARGO) test --locked -p integration-tests --test integration $(BENCH) -- --ignored --nocapture --test-threads=1
+
+test-faults: control-plane ## kill -9 the manager, sidecar, driver or kube-apiserver, or the leading manager, mid-batch: no job stuck or lost (prints a table)
+	$(CARGO) build --workspace --bins --locked
+	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" \
+	$(CARGO) test --locked -p integration-tests --test integration faults_ -- --ignored --nocapture --test-threads=1
 
 CONTAINER_ENGINE ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
 IMAGE_REGISTRY ?= ghcr.io/csi-addons-rs

@@ -1,13 +1,25 @@
 #!/usr/bin/env bash
 # Builds (once) upstream's v0.14.0 manager, sidecar and CLI from the Go module proxy into the cache
 # outside the clone, for interop tests and side-by-side benchmarks (never shipped), and prints the
-# path of the one named: upstream-binaries.sh [manager|sidecar|csi-addons] (default: the directory).
+# path of the one named: upstream-binaries.sh [manager|sidecar|csi-addons] (default: the directory);
+# `upstream-binaries.sh rbac` prints the path of upstream's deploy/controller/rbac.yaml.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 . "$here/lib.sh"
 UPSTREAM_VERSION="${UPSTREAM_VERSION:-v0.14.0}"
 command -v go >/dev/null || { log "Go is needed to build upstream's binaries"; exit 1; }
+if [ "${1:-}" = rbac ]; then
+  # The manager's RBAC as upstream's users install it (deploy/controller/rbac.yaml), from the module
+  # in the Go module cache: the benchmarks bind upstream's manager to it.
+  scratch=$(mktemp -d); trap 'rm -rf "$scratch"' EXIT
+  module=$(cd "$scratch" && go mod init local/upstream >/dev/null 2>&1 \
+    && go mod download -json "github.com/csi-addons/kubernetes-csi-addons@$UPSTREAM_VERSION" \
+    | sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')
+  [ -f "$module/deploy/controller/rbac.yaml" ] || { log "no deploy/controller/rbac.yaml in upstream $UPSTREAM_VERSION"; exit 1; }
+  echo "$module/deploy/controller/rbac.yaml"
+  exit 0
+fi
 mkdir -p "$CSI_ADDONS_CACHE"
 exec 9>"$CSI_ADDONS_CACHE/.upstream-csi-addons.lock"
 flock 9

@@ -26,6 +26,10 @@ pub struct ControlPlane {
     server_url: String,
     ca_cert: PathBuf,
     sa_key: PathBuf,
+    /// kube-apiserver's arguments, to start it again the same way.
+    apiserver_args: Vec<String>,
+    /// Where the API server writes its audit log, when asked for one.
+    audit_log: Option<PathBuf>,
     processes: Mutex<Processes>,
 }
 
@@ -95,8 +99,7 @@ impl ControlPlane {
         ]);
         processes.etcd = Some(spawn_logged(etcd, &dir, "etcd")?);
 
-        let mut apiserver = Command::new(assets.join("kube-apiserver"));
-        apiserver.args([
+        let mut apiserver_args = vec![
             format!("--etcd-servers={etcd_url}"),
             format!("--cert-dir={}", dir.display()),
             format!("--tls-cert-file={}", pki.serving_cert.display()),
@@ -113,7 +116,17 @@ impl ControlPlane {
             // No controller mints token Secrets; tokens come from the TokenRequest API.
             "--disable-admission-plugins=ServiceAccount".into(),
             "--allow-privileged=true".into(),
-        ]);
+        ];
+        let audit_log = audit_requested().then(|| dir.join("audit.log"));
+        if let Some(log) = &audit_log {
+            let policy = dir.join("audit-policy.yaml");
+            std::fs::write(&policy, AUDIT_POLICY).map_err(|e| Error::Io("writing the audit policy".into(), e))?;
+            apiserver_args.push(format!("--audit-policy-file={}", policy.display()));
+            apiserver_args.push(format!("--audit-log-path={}", log.display()));
+            apiserver_args.push("--audit-log-format=json".into());
+        }
+        let mut apiserver = Command::new(assets.join("kube-apiserver"));
+        apiserver.args(&apiserver_args);
         processes.apiserver = Some(spawn_logged(apiserver, &dir, "kube-apiserver")?);
 
         let kubeconfig = admin_kubeconfig(&server_url, &pki);
@@ -129,6 +142,8 @@ impl ControlPlane {
             server_url,
             ca_cert: pki.ca_cert,
             sa_key: pki.sa_key,
+            apiserver_args,
+            audit_log,
             processes: Mutex::new(processes),
         };
         let ready = runtime.block_on(async {
@@ -177,6 +192,34 @@ impl ControlPlane {
     /// The directory holding certificates, logs and etcd data; removed on stop.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The API server's audit log (JSON lines, Metadata level, one line per finished request), when
+    /// `TESTENV_AUDIT=1` asked for one.
+    pub fn audit_log(&self) -> Option<&Path> {
+        self.audit_log.as_deref()
+    }
+
+    /// Stops kube-apiserver (SIGKILL with `kill`, else SIGTERM and a grace period), starts it again
+    /// with the same flags and port, and waits until it is ready. Clients keep working: the port,
+    /// certificates and etcd data are the same.
+    pub async fn restart_apiserver(&self, kill: bool) -> Result<(), Error> {
+        {
+            let mut processes = self.lock();
+            if let Some(mut child) = processes.apiserver.take() {
+                if kill {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                } else {
+                    process::stop(&mut child, STOP_GRACE);
+                }
+            }
+            let mut apiserver = Command::new(self.assets.join("kube-apiserver"));
+            apiserver.args(&self.apiserver_args);
+            processes.apiserver = Some(spawn_logged(apiserver, &self.dir, "kube-apiserver")?);
+        }
+        let client = self.client().await?;
+        self.wait_ready(&client).await
     }
 
     /// A new namespace named `<prefix>-<random>`, for one test.
@@ -363,6 +406,20 @@ fn base64(data: &[u8]) -> String {
         }
     }
     out
+}
+
+/// Records who did what (user, verb, resource, response code), not bodies; once per request, when
+/// it has finished.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: Metadata
+";
+
+/// `TESTENV_AUDIT=1`: the benchmarks count each manager's requests from the audit log.
+fn audit_requested() -> bool {
+    std::env::var("TESTENV_AUDIT").is_ok_and(|v| v == "1")
 }
 
 const DIR_PREFIX: &str = "csi-addons-testenv-";

@@ -1,4 +1,4 @@
-//! Benchmark (`make bench-sidecar`, ignored by `make test`): our sidecar's resident memory next to
+//! Benchmark (`make bench`, ignored by `make test`): our sidecar's resident memory next to
 //! upstream's v0.14.0 sidecar, in the same run, against the same reference driver: idle once
 //! registered (and holding its Lease), then after serving 1,000 ControllerReclaimSpace calls.
 //! Prints figures; asserts only that both sidecars worked.
@@ -41,19 +41,9 @@ fn breakdown(who: &str, pid: u32) {
     );
 }
 
-fn upstream_sidecar() -> std::path::PathBuf {
-    if let Some(path) = std::env::var_os("UPSTREAM_SIDECAR").filter(|p| !p.is_empty()) {
-        return path.into();
-    }
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../hack/upstream-binaries.sh");
-    let out = Command::new("bash").arg(script).arg("sidecar").stderr(Stdio::inherit()).output().unwrap();
-    assert!(out.status.success(), "hack/upstream-binaries.sh failed");
-    String::from_utf8(out.stdout).unwrap().trim().into()
-}
-
 /// Upstream's sidecar reads only the in-cluster config: give it a private /run with a
 /// ServiceAccount token, CA and namespace (build-facts.md), in its own mount namespace.
-fn start_upstream(args: &[String], token: &str, namespace: &str, dir: &std::path::Path) -> Child {
+pub fn start_upstream(args: &[String], token: &str, namespace: &str, dir: &std::path::Path) -> Child {
     let cp = testenv::shared();
     std::fs::write(dir.join("token"), token).unwrap();
     std::fs::write(dir.join("namespace"), namespace).unwrap();
@@ -67,7 +57,7 @@ fn start_upstream(args: &[String], token: &str, namespace: &str, dir: &std::path
     let mut command = Command::new("unshare");
     command
         .args(["-m", "sh", "-c", &script])
-        .arg(upstream_sidecar())
+        .arg(crate::rig::upstream("sidecar"))
         .args(args)
         .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
         .env("KUBERNETES_SERVICE_PORT", port)
@@ -88,7 +78,7 @@ async fn reclaim_many(port: u16, pv: &str, calls: usize) -> usize {
 }
 
 #[tokio::test]
-#[ignore = "benchmark: run with `make bench-sidecar`"]
+#[ignore = "benchmark: make bench"]
 async fn bench_sidecar_rss_next_to_upstream() {
     let cp = testenv::shared();
     let client = cp.client().await.unwrap();
@@ -161,19 +151,14 @@ async fn bench_sidecar_rss_next_to_upstream() {
     let (up_busy, our_busy) = (rss_kib(upstream.id()), rss_kib(ours.pid()));
 
     let mib = |kib: u64| kib as f64 / 1024.0;
-    println!("sidecar RSS (MiB)            upstream v0.14.0   ours    ours/upstream");
-    println!(
-        "idle, registered, leader     {:>16.1} {:>7.1} {:>10.1} %",
-        mib(up_idle),
-        mib(our_idle),
-        100.0 * our_idle as f64 / up_idle as f64
+    let figures = crate::bench_report::table(
+        "sidecar RSS (MiB), the same reference driver",
+        &[
+            crate::bench_report::row("idle, registered, leader", mib(our_idle), mib(up_idle)),
+            crate::bench_report::row(&format!("after {calls} reclaim calls"), mib(our_busy), mib(up_busy)),
+        ],
     );
-    println!(
-        "after {calls} reclaim calls    {:>16.1} {:>7.1} {:>10.1} %",
-        mib(up_busy),
-        mib(our_busy),
-        100.0 * our_busy as f64 / up_busy as f64
-    );
+    crate::bench_report::write_json("sidecar-rss", json!({"calls": calls, "figures": figures}));
     println!("successful calls: upstream {up_ok}/{calls}, ours {our_ok}/{calls}");
     breakdown("upstream", upstream.id());
     breakdown("ours", ours.pid());

@@ -2,7 +2,9 @@
 //! control plane for the whole binary; every test works in its own namespace.
 
 mod admission;
+mod bench_jobs;
 mod bench_manager;
+mod bench_report;
 mod bench_sidecar;
 mod crds;
 mod deploy_manifests;
@@ -11,6 +13,7 @@ mod driver_harness;
 mod driver_sanity;
 mod driver_volumes;
 mod e2e;
+mod faults;
 mod helm_chart;
 mod hostile_input;
 mod manager_fence;
@@ -24,6 +27,7 @@ mod manager_sidecar_client;
 mod olm_bundle;
 mod packaging;
 mod recording_driver;
+mod rig;
 mod sidecar_cli;
 mod sidecar_condition;
 mod sidecar_driver;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde::Deserialize;
 use serde_json::json;
 
 use crate::recording_driver::RecordingDriver;
@@ -216,21 +217,58 @@ pub async fn https_get(port: u16, path: &str, ca_pem: &str, token: Option<&str>)
 /// `namespace`) as shipped — so a test passing with it shows that RBAC is enough.
 pub struct ManagerIdentity {
     dir: tempfile::TempDir,
+    user: String,
 }
 
 impl ManagerIdentity {
+    /// Ours: config/rbac's ClusterRole and leader-election Role.
     pub async fn new(client: &kube::Client, namespace: &str) -> Self {
-        use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-        let cp = testenv::shared();
         let read = |file: &str| -> serde_json::Value {
             let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/rbac").join(file);
             serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
         };
-        let account = "csi-addons-controller-manager";
+        let (role, election) = (read("role.yaml"), read("leader_election_role.yaml"));
+        Self::with_roles(client, namespace, "csi-addons-controller-manager", role, (namespace, election)).await
+    }
+
+    /// Upstream's v0.14.0 manager: the ClusterRole and leader-election Role of its
+    /// deploy/controller/rbac.yaml, as its users install them.
+    pub async fn upstream(client: &kube::Client, namespace: &str) -> Self {
+        let text = std::fs::read_to_string(crate::rig::upstream("rbac")).unwrap();
+        let documents: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&text)
+            .filter_map(|d| serde_json::Value::deserialize(d).ok())
+            .collect();
+        let find = |kind: &str, name: &str| {
+            documents.iter().find(|d| d["kind"] == kind && d["metadata"]["name"] == name).cloned().unwrap()
+        };
+        let role = find("ClusterRole", "csi-addons-manager-role");
+        let election = find("Role", "csi-addons-leader-election-role");
+        // Its own account: a benchmark runs both managers in one namespace and tells their requests
+        // apart by user.
+        // Its Role where it looks for csi-addons-config whatever POD_NAMESPACE says.
+        let home = "csi-addons-system";
+        let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
+        let object = serde_json::from_value(json!({"metadata": {"name": home}})).unwrap();
+        if let Err(kube::Error::Api(e)) = namespaces.create(&PostParams::default(), &object).await {
+            assert_eq!(e.code, 409, "{e:?}");
+        }
+        Self::with_roles(client, namespace, "upstream-csi-addons-manager", role, (home, election)).await
+    }
+
+    /// ServiceAccount `account` of `namespace` bound to `role` (renamed to be unique) and to the
+    /// leader-election Role `election` in its namespace.
+    async fn with_roles(
+        client: &kube::Client,
+        namespace: &str,
+        account: &str,
+        mut role: serde_json::Value,
+        (election_namespace, mut election): (&str, serde_json::Value),
+    ) -> Self {
+        use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+        let cp = testenv::shared();
         let subject = json!([{"kind": "ServiceAccount", "name": account, "namespace": namespace}]);
         let role_name = unique("csi-addons-manager-role");
-        let mut role = read("role.yaml");
-        role["metadata"]["name"] = json!(role_name);
+        role["metadata"] = json!({"name": role_name});
         let role: ClusterRole = serde_json::from_value(role).unwrap();
         Api::<ClusterRole>::all(client.clone()).create(&PostParams::default(), &role).await.unwrap();
         let binding: ClusterRoleBinding = serde_json::from_value(json!({
@@ -240,18 +278,21 @@ impl ManagerIdentity {
         }))
         .unwrap();
         Api::<ClusterRoleBinding>::all(client.clone()).create(&PostParams::default(), &binding).await.unwrap();
-        let mut election = read("leader_election_role.yaml");
         // config/ names kustomize's placeholder namespace; here it is the test's.
-        election["metadata"]["namespace"] = json!(namespace);
+        let election_name = unique(election["metadata"]["name"].as_str().unwrap_or("leader-election"));
+        election["metadata"] = json!({"name": election_name, "namespace": election_namespace});
         let election: Role = serde_json::from_value(election).unwrap();
-        Api::<Role>::namespaced(client.clone(), namespace).create(&PostParams::default(), &election).await.unwrap();
+        Api::<Role>::namespaced(client.clone(), election_namespace)
+            .create(&PostParams::default(), &election)
+            .await
+            .unwrap();
         let binding: RoleBinding = serde_json::from_value(json!({
-            "metadata": {"name": "leader-election"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "leader-election-role"},
+            "metadata": {"name": election_name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": election_name},
             "subjects": subject,
         }))
         .unwrap();
-        Api::<RoleBinding>::namespaced(client.clone(), namespace)
+        Api::<RoleBinding>::namespaced(client.clone(), election_namespace)
             .create(&PostParams::default(), &binding)
             .await
             .unwrap();
@@ -265,7 +306,12 @@ impl ManagerIdentity {
             "current-context": "manager",
         });
         std::fs::write(dir.path().join("kubeconfig"), serde_json::to_string(&kubeconfig).unwrap()).unwrap();
-        ManagerIdentity { dir }
+        ManagerIdentity { dir, user: format!("system:serviceaccount:{namespace}:{account}") }
+    }
+
+    /// The user name the API server (and its audit log) knows the manager by.
+    pub fn user(&self) -> &str {
+        &self.user
     }
 
     pub fn kubeconfig(&self) -> std::path::PathBuf {

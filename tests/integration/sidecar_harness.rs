@@ -258,6 +258,12 @@ impl SidecarProcess {
         panic!("the sidecar did not exit; log:\n{}", self.log());
     }
 
+    /// SIGKILL: no shutdown path runs.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// SIGTERM, then wait for the exit.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         testenv::process::stop(&mut self.child, Duration::from_secs(15));

@@ -1,0 +1,231 @@
+//! Benchmarks (`make bench`, ignored by `make test`), ours next to upstream's v0.14.0 on the same
+//! control plane in the same run, one manager after the other, each as its own ServiceAccount
+//! bound to its own release RBAC:
+//! - job throughput: 1,000 ReclaimSpaceJobs (`BENCH_JOBS`) through each side's own manager and
+//!   sidecar against the reference driver (raw-block volumes, so each call is a quick hole punch);
+//! - each manager idle with 1,000 CSIAddonsNodes (`BENCH_NODES`) that all point at one live sidecar.
+//!
+//! Prints figures and writes them as JSON; asserts only that the work was done.
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use crate::bench_report::{row, table, write_json};
+use crate::driver_harness::Harness;
+use crate::manager_harness::{ManagerIdentity, dynamic};
+use crate::rig::{self, Build, ManagerProcess, SidecarRun};
+
+fn count(env: &str, default: usize) -> usize {
+    std::env::var(env).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+async fn identity(build: Build, client: &kube::Client, namespace: &str) -> ManagerIdentity {
+    match build {
+        Build::Ours => ManagerIdentity::new(client, namespace).await,
+        Build::Upstream => ManagerIdentity::upstream(client, namespace).await,
+    }
+}
+
+/// Polls until every CSIAddonsNode of `namespace` named `prefix…` is Connected (`limit` at most);
+/// the seconds.
+async fn all_connected(
+    client: &kube::Client,
+    namespace: &str,
+    prefix: &str,
+    manager: &mut ManagerProcess,
+    limit: Duration,
+) -> f64 {
+    let nodes = dynamic(client, namespace, "CSIAddonsNode");
+    let started = Instant::now();
+    loop {
+        manager.assert_running();
+        let mut list = nodes.list(&ListParams::default()).await.unwrap().items;
+        list.retain(|n| n.metadata.name.as_deref().is_some_and(|name| name.starts_with(prefix)));
+        let connected = list.iter().filter(|n| n.data.pointer("/status/state") == Some(&json!("Connected"))).count();
+        if connected == list.len() {
+            return started.elapsed().as_secs_f64();
+        }
+        assert!(
+            started.elapsed() < limit,
+            "{connected} of {} CSIAddonsNodes Connected; manager log:\n{}",
+            list.len(),
+            testenv::process::tail(&manager.log, 40)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[derive(Default)]
+struct Throughput {
+    seconds: f64,
+    succeeded: usize,
+    manager_peak_mib: f64,
+    manager_cpu: f64,
+    sidecar_peak_mib: f64,
+    sidecar_cpu: f64,
+    driver_calls: usize,
+    requests: Option<rig::Requests>,
+    pool_errors: usize,
+    reconcile_errors: usize,
+}
+
+/// One side: its driver, sidecar and manager, `jobs` ReclaimSpaceJobs, until all have a result.
+async fn throughput(build: Build, jobs: usize, dir: &std::path::Path) -> Throughput {
+    let cp = testenv::shared();
+    let client = cp.client().await.unwrap();
+    let namespace = cp.namespace(&client, &format!("bench-jobs-{}", build.key())).await.unwrap();
+    // A driver name per side: upstream's manager is cluster-wide and must not find our sidecar.
+    let driver_name = format!("bench-{}.csi-addons-rs.io", build.key());
+    let driver = Harness::start_with(&["--driver-name", &driver_name]).await;
+    let volumes = rig::block_volumes(&driver, "bench", jobs).await;
+    rig::bound_pairs(&client, &namespace, "", &driver_name, &volumes).await;
+    let identity = identity(build, &client, &namespace).await;
+    let sidecar = SidecarRun::start(build, &client, &namespace, "bench-node", &driver.driver.addons_endpoint).await;
+    let log = dir.join(format!("jobs-{}.log", build.key()));
+    let mut manager = ManagerProcess::start(build, &namespace, &identity.kubeconfig(), &log, &[]);
+    all_connected(&client, &namespace, "", &mut manager, Duration::from_secs(120)).await;
+
+    let (mark, manager_cpu, sidecar_cpu) =
+        (rig::audit_mark(), rig::cpu_seconds(manager.pid()), rig::cpu_seconds(sidecar.pid()));
+    let started = Instant::now();
+    rig::create_jobs(&client, &namespace, "bench", 0..jobs).await;
+    let (outcome, _) = rig::wait_finished(&client, &namespace, Duration::from_secs(1800), || manager.assert_running()).await;
+    let seconds = started.elapsed().as_secs_f64();
+    assert!(outcome.unfinished.is_empty(), "{} jobs unfinished after 30 min", outcome.unfinished.len());
+    let log_text = manager.log_text();
+    let figures = Throughput {
+        seconds,
+        succeeded: outcome.succeeded,
+        manager_peak_mib: rig::mib(rig::status_kib(manager.pid(), "VmHWM")),
+        manager_cpu: rig::cpu_seconds(manager.pid()) - manager_cpu,
+        sidecar_peak_mib: rig::mib(rig::status_kib(sidecar.pid(), "VmHWM")),
+        sidecar_cpu: rig::cpu_seconds(sidecar.pid()) - sidecar_cpu,
+        driver_calls: rig::driver_calls(&driver.driver.dir.path().join("driver.log"), "ControllerReclaimSpace")
+            .values()
+            .sum(),
+        requests: rig::requests_since(mark, identity.user()),
+        pool_errors: rig::count_lines(&log_text, "the client connection is closing"),
+        reconcile_errors: match build {
+            Build::Ours => rig::count_lines(&log_text, "reconcile failed"),
+            Build::Upstream => rig::count_lines(&log_text, "Reconciler error"),
+        },
+    };
+    assert_eq!(figures.succeeded, jobs, "{:?}", outcome.failed.first());
+    figures
+}
+
+#[tokio::test]
+#[ignore = "benchmark: make bench"]
+async fn bench_jobs_throughput_through_each_sides_sidecar() {
+    let jobs = count("BENCH_JOBS", 1000);
+    let dir = tempfile::tempdir().unwrap();
+    println!("job throughput: {jobs} ReclaimSpaceJobs, each side's manager and sidecar, the reference driver");
+    let ours = throughput(Build::Ours, jobs, dir.path()).await;
+    let theirs = throughput(Build::Upstream, jobs, dir.path()).await;
+    let per_job = |t: &Throughput, f: fn(&rig::Requests) -> usize| {
+        t.requests.as_ref().map_or(f64::NAN, |r| f(r) as f64 / jobs as f64)
+    };
+    let rows = [
+        row("seconds until every job Succeeded", ours.seconds, theirs.seconds),
+        row("jobs per second", jobs as f64 / ours.seconds, jobs as f64 / theirs.seconds),
+        row("manager peak RSS (MiB)", ours.manager_peak_mib, theirs.manager_peak_mib),
+        row("manager CPU (s)", ours.manager_cpu, theirs.manager_cpu),
+        row("sidecar peak RSS (MiB)", ours.sidecar_peak_mib, theirs.sidecar_peak_mib),
+        row("sidecar CPU (s)", ours.sidecar_cpu, theirs.sidecar_cpu),
+        row("driver calls (ControllerReclaimSpace)", ours.driver_calls as f64, theirs.driver_calls as f64),
+        row("API requests per job (audit log)", per_job(&ours, |r| r.total), per_job(&theirs, |r| r.total)),
+        row("API requests answered 429", per_job(&ours, |r| r.throttled) * jobs as f64, per_job(&theirs, |r| r.throttled) * jobs as f64),
+        row("connection-pool errors in the log", ours.pool_errors as f64, theirs.pool_errors as f64),
+        row("reconcile errors in the log", ours.reconcile_errors as f64, theirs.reconcile_errors as f64),
+    ];
+    let figures = table(&format!("job throughput ({jobs} ReclaimSpaceJobs)"), &rows);
+    for (who, t) in [("ours", &ours), ("upstream", &theirs)] {
+        if let Some(requests) = &t.requests {
+            println!("  {who}: requests by verb {:?}", requests.by_verb);
+        }
+    }
+    write_json(
+        "job-throughput",
+        json!({"jobs": jobs, "figures": figures,
+               "requests_by_verb": {"ours": ours.requests.map(|r| r.by_verb), "upstream": theirs.requests.map(|r| r.by_verb)}}),
+    );
+}
+
+#[tokio::test]
+#[ignore = "benchmark: make bench"]
+async fn bench_manager_idle_with_many_csiaddonsnodes() {
+    let n = count("BENCH_NODES", 1000);
+    let cp = testenv::shared();
+    let client = cp.client().await.unwrap();
+    let namespace = cp.namespace(&client, "bench-nodes").await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let driver_name = "bench-nodes.csi-addons-rs.io";
+    let driver = Harness::start_with(&["--driver-name", driver_name]).await;
+    // One live sidecar (ours: the managers are measured, not it) behind a pod:// endpoint that
+    // both managers resolve through the Pod's IP.
+    let run = SidecarRun::start(Build::Ours, &client, &namespace, "bench-node", &driver.driver.addons_endpoint).await;
+    let SidecarRun::Ours(sidecar) = &run else {
+        unreachable!("asked for ours")
+    };
+    let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), &namespace);
+    let pod = pods.list(&ListParams::default()).await.unwrap().items.remove(0);
+    let pod_name = pod.metadata.name.unwrap();
+    let status = json!({"status": {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}});
+    pods.patch_status(&pod_name, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+    let nodes = dynamic(&client, &namespace, "CSIAddonsNode");
+    let endpoint = format!("pod://{pod_name}.{namespace}:{}", sidecar.port);
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let (nodes, endpoint) = (nodes.clone(), endpoint.clone());
+            async move {
+                let node: kube::api::DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "csiaddons.openshift.io/v1alpha1", "kind": "CSIAddonsNode",
+                    "metadata": {"name": format!("idle-{i}")},
+                    "spec": {"driver": {"name": driver_name, "endpoint": endpoint, "nodeID": format!("idle-node-{i}")}},
+                }))
+                .unwrap();
+                nodes.create(&PostParams::default(), &node).await.unwrap();
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<()>>()
+        .await;
+    println!("manager idle with {n} CSIAddonsNodes (one live sidecar behind them all)");
+    let mut measured = Vec::new();
+    for build in [Build::Ours, Build::Upstream] {
+        // Each manager starts from nodes with no status, as after an install.
+        for node in nodes.list(&ListParams::default()).await.unwrap().items {
+            let name = node.metadata.name.unwrap();
+            let _ = nodes.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": null}))).await;
+        }
+        let identity = identity(build, &client, &namespace).await;
+        let log = dir.path().join(format!("nodes-{}.log", build.key()));
+        let mut manager = ManagerProcess::start(build, &namespace, &identity.kubeconfig(), &log, &[]);
+        // Only the idle ones: the sidecar's own node has an ip:port endpoint, which upstream's
+        // manager cannot parse.
+        let seconds = all_connected(&client, &namespace, "idle-", &mut manager, Duration::from_secs(900)).await;
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        manager.assert_running();
+        let pid = manager.pid();
+        measured.push((
+            seconds,
+            rig::mib(rig::status_kib(pid, "VmRSS")),
+            rig::mib(rig::status_kib(pid, "VmHWM")),
+            rig::status_kib(pid, "Threads") as f64,
+        ));
+        drop(manager);
+    }
+    let [(s_ours, idle_ours, peak_ours, threads_ours), (s_up, idle_up, peak_up, threads_up)] = measured[..] else {
+        unreachable!("two builds measured")
+    };
+    let rows = [
+        row("seconds until every node Connected", s_ours, s_up),
+        row("manager RSS idle afterwards (MiB)", idle_ours, idle_up),
+        row("manager peak RSS (MiB)", peak_ours, peak_up),
+        row("manager threads", threads_ours, threads_up),
+    ];
+    let figures = table(&format!("manager idle with {n} CSIAddonsNodes"), &rows);
+    write_json("idle-nodes", json!({"nodes": n, "figures": figures}));
+}

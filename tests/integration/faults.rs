@@ -1,0 +1,259 @@
+//! The fault suite (`make test-faults`, ignored by `make test`: it restarts the shared API server).
+//! Each fault strikes while a batch of ReclaimSpaceJobs is in flight through our manager, sidecar
+//! and the reference driver: kill -9 the manager and start it again; kill -9 the sidecar and start
+//! it again; kill -9 the driver and start it again; kill -9 kube-apiserver and start it again; two
+//! managers electing a leader, the leader killed. Afterwards every job must have ended Succeeded
+//! or Failed with a message (none stuck), and no job may claim success without a driver call.
+//! Driver calls are counted per volume: a second call for one job is a duplicate, reported with
+//! its cause (ReclaimSpace is idempotent; a call whose result was not yet written when the
+//! manager or API server died is made again). Prints a table; the recovery seconds are figures.
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, ListParams};
+
+use crate::driver_harness::Harness;
+use crate::manager_harness::ManagerIdentity;
+use crate::rig::{self, Build, ManagerProcess};
+use crate::sidecar_harness::{Serving, SidecarPod, SidecarProcess, Workload, sidecar_pod};
+
+/// Jobs per batch (`FAULT_JOBS`).
+fn batch() -> usize {
+    std::env::var("FAULT_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(150)
+}
+
+const NODE: &str = "fault-node";
+/// Short leases, so that a failover is quick: the manager's flags, as the tests of leader election use.
+const ELECTION: [&str; 4] = [
+    "--leader-elect",
+    "--leader-election-lease-duration=4s",
+    "--leader-election-renew-deadline=3s",
+    "--leader-election-retry-period=1s",
+];
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Fault {
+    KillManager,
+    KillSidecar,
+    KillDriver,
+    RestartApiServer,
+    LeaderFailover,
+}
+
+impl Fault {
+    fn label(self) -> &'static str {
+        match self {
+            Fault::KillManager => "kill -9 manager, restart",
+            Fault::KillSidecar => "kill -9 sidecar, restart",
+            Fault::KillDriver => "kill -9 driver, restart",
+            Fault::RestartApiServer => "kill -9 kube-apiserver, restart",
+            Fault::LeaderFailover => "leader failover (kill -9 leader)",
+        }
+    }
+}
+
+/// What one fault left behind.
+struct Result {
+    fault: Fault,
+    jobs: usize,
+    in_flight: usize,
+    succeeded: usize,
+    failed: Vec<(String, String)>,
+    stuck: usize,
+    /// Succeeded jobs whose volume the driver never saw.
+    lost: usize,
+    duplicates: usize,
+    recovery: f64,
+}
+
+/// One namespace with a driver, a sidecar and our manager(s), for one fault.
+struct Scene {
+    client: kube::Client,
+    namespace: String,
+    identity: ManagerIdentity,
+    driver: Harness,
+    /// Volume i is job fault-i's (PVC data-i).
+    volumes: Vec<String>,
+    pod: SidecarPod,
+    sidecar: SidecarProcess,
+    managers: Vec<ManagerProcess>,
+    dir: tempfile::TempDir,
+}
+
+impl Scene {
+    async fn new(fault: Fault, jobs: usize) -> Self {
+        let cp = testenv::shared();
+        let client = cp.client().await.unwrap();
+        let namespace = cp.namespace(&client, "faults").await.unwrap();
+        let driver_name = format!("{namespace}.csi-addons-rs.io");
+        let driver = Harness::start_with(&["--driver-name", &driver_name]).await;
+        let volumes = rig::block_volumes(&driver, "fault", jobs).await;
+        rig::bound_pairs(&client, &namespace, "", &driver_name, &volumes).await;
+        let identity = ManagerIdentity::new(&client, &namespace).await;
+        let pod = sidecar_pod(&client, &namespace, NODE, Workload::DaemonSet, "csi-plugin").await;
+        let sidecar = SidecarProcess::start(&pod, NODE, &driver.driver.addons_endpoint, Serving::Plain, &[]);
+        sidecar.wait_leader(true).await;
+        let dir = tempfile::tempdir().unwrap();
+        let mut scene = Scene { client, namespace, identity, driver, volumes, pod, sidecar, managers: Vec::new(), dir };
+        let replicas = if fault == Fault::LeaderFailover { 2 } else { 1 };
+        for _ in 0..replicas {
+            scene.start_manager();
+            if fault == Fault::LeaderFailover {
+                // The first one leads: it is the one killed.
+                scene.until("a manager to hold the Lease", async |s| s.leader().await.is_some()).await;
+            }
+        }
+        scene.until("the CSIAddonsNode to be Connected", async |s| s.connected().await).await;
+        scene
+    }
+
+    fn start_manager(&mut self) {
+        let log = self.dir.path().join(format!("manager-{}.log", self.managers.len()));
+        let mut extra = vec![format!("--watch-namespace={}", self.namespace)];
+        extra.extend(ELECTION.map(str::to_owned));
+        let manager = ManagerProcess::start(Build::Ours, &self.namespace, &self.identity.kubeconfig(), &log, &extra);
+        self.managers.push(manager);
+    }
+
+    async fn leader(&self) -> Option<String> {
+        let leases = Api::<Lease>::namespaced(self.client.clone(), &self.namespace);
+        let lease = leases.get_opt(operator::manager::LEASE_NAME).await.ok()??;
+        lease.spec?.holder_identity.filter(|h| !h.is_empty())
+    }
+
+    async fn connected(&self) -> bool {
+        let nodes = crate::manager_harness::dynamic(&self.client, &self.namespace, "CSIAddonsNode");
+        let list = nodes.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+        // A restarted sidecar registers its new endpoint: the newest node must be Connected.
+        list.iter().any(|n| n.data.pointer("/status/state") == Some(&serde_json::json!("Connected")))
+    }
+
+    async fn until(&self, what: &str, check: impl AsyncFn(&Scene) -> bool) {
+        for _ in 0..600 {
+            if check(self).await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let logs: Vec<String> = self.managers.iter().map(|m| testenv::process::tail(&m.log, 30)).collect();
+        panic!("timed out waiting for {what}; manager logs:\n{}", logs.join("\n---\n"));
+    }
+
+    /// Strikes; returns when the struck part runs again (the failover itself is measured after).
+    async fn strike(&mut self, fault: Fault) {
+        match fault {
+            Fault::KillManager => {
+                self.managers[0].kill();
+                self.managers.clear();
+                self.start_manager();
+            }
+            Fault::KillSidecar => {
+                self.sidecar.kill();
+                self.sidecar =
+                    SidecarProcess::start(&self.pod, NODE, &self.driver.driver.addons_endpoint, Serving::Plain, &[]);
+            }
+            Fault::KillDriver => self.driver.driver.kill_and_restart(),
+            Fault::RestartApiServer => testenv::shared().restart_apiserver(true).await.unwrap(),
+            Fault::LeaderFailover => {
+                let before = self.leader().await;
+                self.managers[0].kill();
+                self.until("another manager to take the Lease", async |s| {
+                    s.leader().await.is_some_and(|now| Some(&now) != before.as_ref())
+                })
+                .await;
+            }
+        }
+    }
+}
+
+async fn run(fault: Fault) -> Result {
+    let jobs = batch();
+    let mut scene = Scene::new(fault, jobs).await;
+    rig::create_jobs(&scene.client, &scene.namespace, "fault", 0..jobs).await;
+    let in_flight = rig::outcome(&scene.client, &scene.namespace).await.unfinished.len();
+    let struck = Instant::now();
+    scene.strike(fault).await;
+    let (outcome, _) = rig::wait_finished(&scene.client, &scene.namespace, Duration::from_secs(300), || {
+        scene.managers.iter_mut().for_each(|m| m.assert_running());
+    })
+    .await;
+    let recovery = struck.elapsed().as_secs_f64();
+    let calls = rig::driver_calls(&scene.driver.driver.dir.path().join("driver.log"), "ControllerReclaimSpace");
+    let failed_names: std::collections::BTreeSet<&str> = outcome.failed.iter().map(|(n, _)| n.as_str()).collect();
+    let lost = (0..jobs)
+        .filter(|i| !failed_names.contains(format!("fault-{i}").as_str()))
+        .filter(|i| !outcome.unfinished.contains(&format!("fault-{i}")))
+        .filter(|&i| !calls.contains_key(&scene.volumes[i]))
+        .count();
+    let duplicates = calls.values().map(|n| n.saturating_sub(1)).sum();
+    if !outcome.unfinished.is_empty() {
+        for manager in &scene.managers {
+            eprintln!("{}: manager log:\n{}", fault.label(), testenv::process::tail(&manager.log, 40));
+        }
+    }
+    Result {
+        fault,
+        jobs,
+        in_flight,
+        succeeded: outcome.succeeded,
+        failed: outcome.failed,
+        stuck: outcome.unfinished.len(),
+        lost,
+        duplicates,
+        recovery,
+    }
+}
+
+#[tokio::test]
+#[ignore = "fault suite: make test-faults (restarts the shared API server)"]
+async fn faults_lose_no_job_and_leave_none_running() {
+    let mut results = Vec::new();
+    for fault in [Fault::KillManager, Fault::KillSidecar, Fault::KillDriver, Fault::RestartApiServer, Fault::LeaderFailover]
+    {
+        let result = run(fault).await;
+        println!(
+            "{}: {} of {} in flight at the fault, {} succeeded, {} failed, {} stuck, {} lost, {} duplicate calls, {:.1} s",
+            fault.label(),
+            result.in_flight,
+            result.jobs,
+            result.succeeded,
+            result.failed.len(),
+            result.stuck,
+            result.lost,
+            result.duplicates,
+            result.recovery
+        );
+        results.push(result);
+    }
+    println!(
+        "\n{:<34} {:>5} {:>9} {:>9} {:>6} {:>5} {:>4} {:>10} {:>10}",
+        "fault", "jobs", "in flight", "succeeded", "failed", "stuck", "lost", "duplicates", "recovery s"
+    );
+    for r in &results {
+        println!(
+            "{:<34} {:>5} {:>9} {:>9} {:>6} {:>5} {:>4} {:>10} {:>10.1}",
+            r.fault.label(),
+            r.jobs,
+            r.in_flight,
+            r.succeeded,
+            r.failed.len(),
+            r.stuck,
+            r.lost,
+            r.duplicates,
+            r.recovery
+        );
+    }
+    for r in &results {
+        for (job, message) in &r.failed {
+            println!("  {}: {job} Failed: {message}", r.fault.label());
+        }
+    }
+    for r in &results {
+        assert_eq!(r.stuck, 0, "{}: jobs left without a result", r.fault.label());
+        assert_eq!(r.lost, 0, "{}: jobs Succeeded without a driver call", r.fault.label());
+        assert_eq!(r.succeeded + r.failed.len(), r.jobs, "{}", r.fault.label());
+        for (job, message) in &r.failed {
+            assert!(!message.trim().is_empty(), "{}: {job} Failed without a message", r.fault.label());
+        }
+    }
+}

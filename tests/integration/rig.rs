@@ -1,0 +1,460 @@
+//! What the benchmarks (`make bench`) and the fault suite (`make test-faults`) share: raw-block
+//! volumes of the reference driver bound to PVCs by direct writes, a manager and a sidecar of either
+//! build (ours, or upstream's v0.14.0 as a test peer), batches of ReclaimSpaceJobs and how they
+//! ended, figures from /proc, and each user's requests from the API server's audit log.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use api::proto::csi::v1 as csi;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use crate::driver_harness::Harness;
+use crate::sidecar_harness::{Serving, SidecarPod, SidecarProcess, Workload, free_port, sidecar_pod};
+use crate::support::workspace_binary;
+
+/// Which build runs a half.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Build {
+    Ours,
+    Upstream,
+}
+
+impl Build {
+    pub fn key(self) -> &'static str {
+        match self {
+            Build::Ours => "ours",
+            Build::Upstream => "upstream",
+        }
+    }
+}
+
+/// A binary of upstream's v0.14.0 (`manager`, `sidecar`), or its `rbac` YAML: from
+/// `UPSTREAM_<WHAT>` when set, else built or fetched once by hack/upstream-binaries.sh.
+pub fn upstream(what: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(format!("UPSTREAM_{}", what.to_uppercase())).filter(|p| !p.is_empty()) {
+        return path.into();
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hack/upstream-binaries.sh");
+    let out = Command::new("bash").arg(script).arg(what).stderr(Stdio::inherit()).output().unwrap();
+    assert!(out.status.success(), "hack/upstream-binaries.sh {what} failed");
+    String::from_utf8(out.stdout).unwrap().trim().into()
+}
+
+fn block_capability() -> csi::VolumeCapability {
+    csi::VolumeCapability {
+        access_mode: Some(csi::volume_capability::AccessMode {
+            mode: csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
+        }),
+        access_type: Some(csi::volume_capability::AccessType::Block(Default::default())),
+    }
+}
+
+/// `n` raw-block volumes of 1 MiB (sparse files: reclaiming one is a hole punch), by CreateVolume.
+pub async fn block_volumes(driver: &Harness, prefix: &str, n: usize) -> Vec<String> {
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let channel = driver.csi.clone();
+            async move {
+                let request = csi::CreateVolumeRequest {
+                    name: format!("{prefix}-{i}"),
+                    capacity_range: Some(csi::CapacityRange { required_bytes: 1 << 20, limit_bytes: 0 }),
+                    volume_capabilities: vec![block_capability()],
+                    ..Default::default()
+                };
+                let mut controller = csi::controller_client::ControllerClient::new(channel);
+                controller.create_volume(request).await.unwrap().into_inner().volume.unwrap().volume_id
+            }
+        })
+        .buffered(4)
+        .collect()
+        .await
+}
+
+/// PVC `data-<i>` bound to PV `<namespace>-pv-<i>` of `driver` with volume handle `handles[i]`
+/// (both statuses Bound, as the PV binder would leave them), 32 writes in flight.
+pub async fn bound_pairs(client: &kube::Client, namespace: &str, class: &str, driver: &str, handles: &[String]) {
+    let pvs = Api::<PersistentVolume>::all(client.clone());
+    let pvcs = Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace);
+    let bound = json!({"status": {"phase": "Bound"}});
+    futures::stream::iter(handles.iter().enumerate())
+        .map(|(i, handle)| {
+            let (pvs, pvcs, bound) = (pvs.clone(), pvcs.clone(), bound.clone());
+            async move {
+                let (pv_name, pvc_name) = (format!("{namespace}-pv-{i}"), format!("data-{i}"));
+                let pv: PersistentVolume = serde_json::from_value(json!({
+                    "metadata": {"name": pv_name},
+                    "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                             "csi": {"driver": driver, "volumeHandle": handle},
+                             "claimRef": {"namespace": namespace, "name": pvc_name}},
+                }))
+                .unwrap();
+                pvs.create(&PostParams::default(), &pv).await.unwrap();
+                let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+                    "metadata": {"name": pvc_name},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                             "storageClassName": class, "volumeName": pv_name},
+                }))
+                .unwrap();
+                pvcs.create(&PostParams::default(), &pvc).await.unwrap();
+                pvs.patch_status(&pv_name, &PatchParams::default(), &Patch::Merge(&bound)).await.unwrap();
+                pvcs.patch_status(&pvc_name, &PatchParams::default(), &Patch::Merge(&bound)).await.unwrap();
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<()>>()
+        .await;
+}
+
+/// A manager process of either build, logging to its own file.
+pub struct ManagerProcess {
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl Drop for ManagerProcess {
+    fn drop(&mut self) {
+        testenv::process::stop(&mut self.child, Duration::from_secs(10));
+    }
+}
+
+impl ManagerProcess {
+    /// Runs cluster-wide with its settings in `namespace`, as `kubeconfig`'s user, metrics off, no
+    /// sidecar authentication; `extra` flags are appended (both builds take the same names).
+    pub fn start(build: Build, namespace: &str, kubeconfig: &Path, log: &Path, extra: &[String]) -> Self {
+        let mut command = match build {
+            Build::Ours => {
+                let binary = std::env::var_os("CSI_ADDONS_MANAGER")
+                    .filter(|p| !p.is_empty())
+                    .map_or_else(|| workspace_binary("csi-addons-manager"), PathBuf::from);
+                let mut command = Command::new(binary);
+                command.arg(format!("--namespace={namespace}")).env("RUST_LOG", "info").env("NO_COLOR", "1");
+                command
+            }
+            Build::Upstream => {
+                let mut command = Command::new(upstream("manager"));
+                command.env("POD_NAMESPACE", namespace);
+                command
+            }
+        };
+        command
+            .arg(format!("--health-probe-bind-address=127.0.0.1:{}", free_port()))
+            .args(["--metrics-bind-address=0", "--enable-auth=false"])
+            .args(extra)
+            .env("KUBECONFIG", kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST");
+        if !extra.iter().any(|a| a.starts_with("--leader-elect")) {
+            command.arg("--leader-elect=false");
+        }
+        let child = testenv::process::spawn_logged(command, log).unwrap();
+        ManagerProcess { child, log: log.to_owned() }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Panics with the log if the process has exited.
+    pub fn assert_running(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!("the manager exited ({status}); log:\n{}", testenv::process::tail(&self.log, 60));
+        }
+    }
+
+    /// SIGKILL: no shutdown path runs.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A sidecar of either build for a DaemonSet Pod on `node`, against `driver_endpoint`; upstream's
+/// registers a `pod://` endpoint (the only form its manager dials), so its Pod gets 127.0.0.1 as
+/// the IP a kubelet would give it.
+pub enum SidecarRun {
+    Ours(SidecarProcess),
+    Upstream { child: Child, _dir: tempfile::TempDir },
+}
+
+impl Drop for SidecarRun {
+    fn drop(&mut self) {
+        if let SidecarRun::Upstream { child, .. } = self {
+            testenv::process::stop(child, Duration::from_secs(5));
+        }
+    }
+}
+
+impl SidecarRun {
+    pub async fn start(build: Build, client: &kube::Client, namespace: &str, node: &str, driver_endpoint: &str) -> Self {
+        let pod = sidecar_pod(client, namespace, node, Workload::DaemonSet, "csi-plugin").await;
+        let run = match build {
+            Build::Ours => {
+                let sidecar = SidecarProcess::start(&pod, node, driver_endpoint, Serving::Plain, &[]);
+                sidecar.wait_ready().await;
+                SidecarRun::Ours(sidecar)
+            }
+            Build::Upstream => Self::upstream(client, &pod, node, driver_endpoint).await,
+        };
+        let nodes = crate::manager_harness::dynamic(client, namespace, "CSIAddonsNode");
+        for _ in 0..300 {
+            if !nodes.list(&ListParams::default()).await.unwrap().items.is_empty() {
+                return run;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!("the {} sidecar did not register a CSIAddonsNode", build.key());
+    }
+
+    async fn upstream(client: &kube::Client, pod: &SidecarPod, node: &str, driver_endpoint: &str) -> Self {
+        let cp = testenv::shared();
+        let status = json!({"status": {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}});
+        Api::<Pod>::namespaced(client.clone(), &pod.namespace)
+            .patch_status(&pod.name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+        let token = cp.token(client, &pod.namespace, "csi-addons-sidecar").await.unwrap();
+        let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": crate::support::unique("upstream-sidecar")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": "csi-addons-sidecar", "namespace": pod.namespace}]
+        }))
+        .unwrap();
+        Api::all(client.clone()).create(&PostParams::default(), &binding).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let args = [
+            format!("-csi-addons-address={driver_endpoint}"),
+            format!("-node-id={node}"),
+            format!("-controller-port={}", free_port()),
+            format!("-pod={}", pod.name),
+            format!("-namespace={}", pod.namespace),
+            format!("-pod-uid={}", pod.uid),
+            "-enable-auth=false".into(),
+        ];
+        let child = crate::bench_sidecar::start_upstream(&args, &token, &pod.namespace, dir.path());
+        SidecarRun::Upstream { child, _dir: dir }
+    }
+
+    pub fn pid(&self) -> u32 {
+        match self {
+            SidecarRun::Ours(sidecar) => sidecar.pid(),
+            SidecarRun::Upstream { child, .. } => child.id(),
+        }
+    }
+}
+
+/// How a batch of jobs stands.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub succeeded: usize,
+    /// Name and message of each Failed job.
+    pub failed: Vec<(String, String)>,
+    /// Jobs with no result yet.
+    pub unfinished: Vec<String>,
+}
+
+/// Every ReclaimSpaceJob of `namespace` by result.
+pub async fn outcome(client: &kube::Client, namespace: &str) -> Outcome {
+    let jobs = crate::manager_harness::dynamic(client, namespace, "ReclaimSpaceJob");
+    let mut outcome = Outcome::default();
+    for job in jobs.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
+        let name = job.metadata.name.clone().unwrap_or_default();
+        match job.data.pointer("/status/result").and_then(|r| r.as_str()) {
+            Some("Succeeded") => outcome.succeeded += 1,
+            Some("Failed") => {
+                let message = job.data.pointer("/status/message").and_then(|m| m.as_str()).unwrap_or_default();
+                outcome.failed.push((name, message.to_owned()));
+            }
+            _ => outcome.unfinished.push(name),
+        }
+    }
+    outcome
+}
+
+/// ReclaimSpaceJob `<prefix>-<i>` for PVC `data-<i>`, for each i in `range`, 32 creates in flight.
+pub async fn create_jobs(client: &kube::Client, namespace: &str, prefix: &str, range: std::ops::Range<usize>) {
+    futures::stream::iter(range)
+        .map(|i| async move {
+            let spec = json!({"target": {"persistentVolumeClaim": format!("data-{i}")}});
+            crate::manager_harness::create_job(client, namespace, "ReclaimSpaceJob", &format!("{prefix}-{i}"), spec)
+                .await;
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<()>>()
+        .await;
+}
+
+/// Polls every 250 ms until no job of `namespace` is unfinished or `limit` has passed; returns the
+/// last outcome and, when all finished, the seconds it took. `tick` runs on every poll (to check
+/// that processes still run).
+pub async fn wait_finished(
+    client: &kube::Client,
+    namespace: &str,
+    limit: Duration,
+    mut tick: impl FnMut(),
+) -> (Outcome, Option<f64>) {
+    let started = Instant::now();
+    loop {
+        tick();
+        let now = outcome(client, namespace).await;
+        if now.unfinished.is_empty() {
+            return (now, Some(started.elapsed().as_secs_f64()));
+        }
+        if started.elapsed() > limit {
+            return (now, None);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A `/proc/<pid>/status` figure in KiB (0 when the process is gone).
+pub fn status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with(&format!("{field}:")))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+pub fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// User + system CPU seconds of `pid`.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, f)| f.split_whitespace().collect()).unwrap_or_default();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name; 100 ticks a second.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// RSS of a process over time, sampled every 250 ms on a thread of its own.
+pub struct RssSampler {
+    samples: std::sync::Arc<std::sync::Mutex<Vec<(f64, f64)>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RssSampler {
+    pub fn start(pid: u32) -> Self {
+        let samples = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (into, stopping) = (samples.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let started = Instant::now();
+            while !stopping.load(std::sync::atomic::Ordering::Relaxed) {
+                let rss = mib(status_kib(pid, "VmRSS"));
+                into.lock().unwrap().push((started.elapsed().as_secs_f64(), rss));
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        });
+        RssSampler { samples, stop, thread: Some(thread) }
+    }
+
+    /// The samples so far: (seconds since start, MiB).
+    pub fn finish(mut self) -> Vec<(f64, f64)> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        std::mem::take(&mut *self.samples.lock().unwrap())
+    }
+}
+
+/// Where the audit log stands now (its length), to count what comes after.
+pub fn audit_mark() -> u64 {
+    testenv::shared().audit_log().and_then(|p| std::fs::metadata(p).ok()).map_or(0, |m| m.len())
+}
+
+/// Requests of one user, from the audit log.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct Requests {
+    pub total: usize,
+    pub by_verb: BTreeMap<String, usize>,
+    /// Answered 429 Too Many Requests (priority and fairness turned them away).
+    pub throttled: usize,
+}
+
+/// `user`'s requests logged after `mark`; None when the API server keeps no audit log
+/// (TESTENV_AUDIT=1 asks for one).
+pub fn requests_since(mark: u64, user: &str) -> Option<Requests> {
+    use std::io::{BufRead, Seek};
+    let path = testenv::shared().audit_log()?;
+    let mut file = std::fs::File::open(path).ok()?;
+    file.seek(std::io::SeekFrom::Start(mark)).ok()?;
+    let mut requests = Requests::default();
+    for line in std::io::BufReader::new(file).lines().map_while(Result::ok) {
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
+        if event.pointer("/user/username").and_then(|u| u.as_str()) != Some(user) {
+            continue;
+        }
+        requests.total += 1;
+        let verb = event.get("verb").and_then(|v| v.as_str()).unwrap_or("?").to_owned();
+        *requests.by_verb.entry(verb).or_default() += 1;
+        if event.pointer("/responseStatus/code").and_then(|c| c.as_i64()) == Some(429) {
+            requests.throttled += 1;
+        }
+    }
+    Some(requests)
+}
+
+/// The reference driver's `method` calls (one log line each), by volume id, from `log`.
+pub fn driver_calls(log: &Path, method: &str) -> BTreeMap<String, usize> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut calls = BTreeMap::new();
+    for line in text.lines().map(strip_ansi).filter(|l| l.contains(method)) {
+        if let Some(volume) = line.split_whitespace().find_map(|w| w.strip_prefix("volume=")) {
+            *calls.entry(volume.to_owned()).or_default() += 1;
+        }
+    }
+    calls
+}
+
+/// `line` without terminal colour codes (ESC '[' … 'm').
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Lines of `log` that contain `needle`.
+pub fn count_lines(log: &str, needle: &str) -> usize {
+    log.lines().filter(|l| l.contains(needle)).count()
+}
+
+#[test]
+fn driver_call_lines_are_counted_per_volume_with_or_without_colours() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("driver.log");
+    std::fs::write(
+        &log,
+        "2026 INFO reference_driver::addons::reclaim: ControllerReclaimSpace volume=a\n\
+         2026 \u{1b}[32m INFO\u{1b}[0m x: ControllerReclaimSpace \u{1b}[3mvolume\u{1b}[0m\u{1b}[2m=\u{1b}[0ma\n\
+         2026 INFO x: NodeReclaimSpace volume=b\n",
+    )
+    .unwrap();
+    let calls = driver_calls(&log, "ControllerReclaimSpace");
+    assert_eq!(calls, BTreeMap::from([("a".to_owned(), 2)]));
+}
