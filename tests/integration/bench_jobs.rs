@@ -91,7 +91,8 @@ async fn throughput(build: Build, jobs: usize, dir: &std::path::Path) -> Through
         (rig::audit_mark(), rig::cpu_seconds(manager.pid()), rig::cpu_seconds(sidecar.pid()));
     let started = Instant::now();
     rig::create_jobs(&client, &namespace, "bench", 0..jobs).await;
-    let (outcome, _) = rig::wait_finished(&client, &namespace, Duration::from_secs(1800), || manager.assert_running()).await;
+    let (outcome, _) =
+        rig::wait_finished(&client, &namespace, Duration::from_secs(1800), || manager.assert_running()).await;
     let seconds = started.elapsed().as_secs_f64();
     assert!(outcome.unfinished.is_empty(), "{} jobs unfinished after 30 min", outcome.unfinished.len());
     let log_text = manager.log_text();
@@ -136,7 +137,11 @@ async fn bench_jobs_throughput_through_each_sides_sidecar() {
         row("sidecar CPU (s)", ours.sidecar_cpu, theirs.sidecar_cpu),
         row("driver calls (ControllerReclaimSpace)", ours.driver_calls as f64, theirs.driver_calls as f64),
         row("API requests per job (audit log)", per_job(&ours, |r| r.total), per_job(&theirs, |r| r.total)),
-        row("API requests answered 429", per_job(&ours, |r| r.throttled) * jobs as f64, per_job(&theirs, |r| r.throttled) * jobs as f64),
+        row(
+            "API requests answered 429",
+            per_job(&ours, |r| r.throttled) * jobs as f64,
+            per_job(&theirs, |r| r.throttled) * jobs as f64,
+        ),
         row("connection-pool errors in the log", ours.pool_errors as f64, theirs.pool_errors as f64),
         row("reconcile errors in the log", ours.reconcile_errors as f64, theirs.reconcile_errors as f64),
     ];
@@ -166,9 +171,7 @@ async fn bench_manager_idle_with_many_csiaddonsnodes() {
     // One live sidecar (ours: the managers are measured, not it) behind a pod:// endpoint that
     // both managers resolve through the Pod's IP.
     let run = SidecarRun::start(Build::Ours, &client, &namespace, "bench-node", &driver.driver.addons_endpoint).await;
-    let SidecarRun::Ours(sidecar) = &run else {
-        unreachable!("asked for ours")
-    };
+    let SidecarRun::Ours(sidecar) = &run else { unreachable!("asked for ours") };
     let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), &namespace);
     let pod = pods.list(&ListParams::default()).await.unwrap().items.remove(0);
     let pod_name = pod.metadata.name.unwrap();

@@ -46,7 +46,8 @@ pub fn write_json(name: &str, mut value: serde_json::Value) {
 /// CPU model, cores and memory, from /proc.
 fn machine() -> serde_json::Value {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo.lines().find_map(|l| l.strip_prefix("model name")).map(|l| l.trim_start_matches([' ', '\t', ':']));
+    let model =
+        cpuinfo.lines().find_map(|l| l.strip_prefix("model name")).map(|l| l.trim_start_matches([' ', '\t', ':']));
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let mem_kib: u64 = meminfo
         .lines()

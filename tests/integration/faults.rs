@@ -156,7 +156,7 @@ impl Scene {
             Fault::RestartApiServer => testenv::shared().restart_apiserver(true).await.unwrap(),
             Fault::LeaderFailover => {
                 let before = self.leader().await;
-                self.managers[0].kill();
+                self.managers.remove(0).kill();
                 self.until("another manager to take the Lease", async |s| {
                     s.leader().await.is_some_and(|now| Some(&now) != before.as_ref())
                 })
@@ -170,6 +170,10 @@ async fn run(fault: Fault) -> Result {
     let jobs = batch();
     let mut scene = Scene::new(fault, jobs).await;
     rig::create_jobs(&scene.client, &scene.namespace, "fault", 0..jobs).await;
+    // Mid-batch: once the first job has a result, while the others run or wait.
+    scene
+        .until("the first job to finish", async |s| rig::outcome(&s.client, &s.namespace).await.unfinished.len() < jobs)
+        .await;
     let in_flight = rig::outcome(&scene.client, &scene.namespace).await.unfinished.len();
     let struck = Instant::now();
     scene.strike(fault).await;
@@ -208,7 +212,8 @@ async fn run(fault: Fault) -> Result {
 #[ignore = "fault suite: make test-faults (restarts the shared API server)"]
 async fn faults_lose_no_job_and_leave_none_running() {
     let mut results = Vec::new();
-    for fault in [Fault::KillManager, Fault::KillSidecar, Fault::KillDriver, Fault::RestartApiServer, Fault::LeaderFailover]
+    for fault in
+        [Fault::KillManager, Fault::KillSidecar, Fault::KillDriver, Fault::RestartApiServer, Fault::LeaderFailover]
     {
         let result = run(fault).await;
         println!(

@@ -235,9 +235,8 @@ impl ManagerIdentity {
     /// deploy/controller/rbac.yaml, as its users install them.
     pub async fn upstream(client: &kube::Client, namespace: &str) -> Self {
         let text = std::fs::read_to_string(crate::rig::upstream("rbac")).unwrap();
-        let documents: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&text)
-            .filter_map(|d| serde_json::Value::deserialize(d).ok())
-            .collect();
+        let documents: Vec<serde_json::Value> =
+            serde_yaml::Deserializer::from_str(&text).filter_map(|d| serde_json::Value::deserialize(d).ok()).collect();
         let find = |kind: &str, name: &str| {
             documents.iter().find(|d| d["kind"] == kind && d["metadata"]["name"] == name).cloned().unwrap()
         };

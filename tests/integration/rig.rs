@@ -193,7 +193,13 @@ impl Drop for SidecarRun {
 }
 
 impl SidecarRun {
-    pub async fn start(build: Build, client: &kube::Client, namespace: &str, node: &str, driver_endpoint: &str) -> Self {
+    pub async fn start(
+        build: Build,
+        client: &kube::Client,
+        namespace: &str,
+        node: &str,
+        driver_endpoint: &str,
+    ) -> Self {
         let pod = sidecar_pod(client, namespace, node, Workload::DaemonSet, "csi-plugin").await;
         let run = match build {
             Build::Ours => {
