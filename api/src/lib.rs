@@ -7,6 +7,7 @@ pub mod capabilities;
 pub mod crds;
 pub mod csiaddons;
 pub mod lease;
+pub mod names;
 pub mod proto;
 pub mod redact;
 pub mod replication;

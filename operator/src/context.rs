@@ -46,6 +46,10 @@ pub struct Context {
     /// Jobs this manager finished whose result the watch cache may not show yet: a pass on the
     /// stale copy must not run the operation again.
     pub finished_jobs: Mutex<HashSet<String>>,
+    /// Jobs whose operation ran but whose result could not be written (the API server was away):
+    /// UID → the outcome (reclaimed bytes, or the failure), written on the next pass instead of
+    /// running the operation again.
+    pub unrecorded_results: Mutex<HashMap<String, Result<Option<i64>, String>>>,
     /// CSIAddonsNode UID → when its next connection attempt is due (seconds): our own status
     /// write triggers a pass at once, which must not cut the backoff short.
     pub node_retry_at: Mutex<HashMap<String, i64>>,
@@ -114,6 +118,7 @@ impl Context {
             recorder,
             job_failures: Mutex::new(HashMap::new()),
             finished_jobs: Mutex::new(HashSet::new()),
+            unrecorded_results: Mutex::new(HashMap::new()),
             node_retry_at: Mutex::new(HashMap::new()),
             failed_nodes: Mutex::new(HashSet::new()),
             operation_failures: Mutex::new(HashMap::new()),
@@ -251,6 +256,20 @@ where
         tracing::warn!(controller = name, error = %e, "reconcile failed; retrying");
     }
     result
+}
+
+/// `name` as the API server's watch cache has it (resourceVersion "0", what an informer would
+/// show): no etcd round trip, which per-job reads would otherwise cost at every job. A read a
+/// moment stale is retried like any other transient state. None when it does not exist.
+pub async fn read_cached<K>(api: &Api<K>, name: &str) -> Result<Option<K>, kube::Error>
+where
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match api.get_with(name, &kube::api::GetParams::any()).await {
+        Ok(object) => Ok(Some(object)),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The locked value, even if a panic elsewhere poisoned the lock (the maps stay consistent:

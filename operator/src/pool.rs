@@ -32,6 +32,12 @@ pub fn parse_endpoint(endpoint: &str) -> Result<Target, String> {
         if name.is_empty() || namespace.is_empty() || namespace.contains('.') {
             return Err("a pod:// endpoint is pod://<pod>.<namespace>:<port>".into());
         }
+        // Checked here, not left to a Pod lookup that can only say "not found" for ever.
+        for (what, text) in [("pod name", name), ("namespace", namespace)] {
+            if let Some(why) = api::names::dns1123_problem(text, true) {
+                return Err(format!("{what} {text:?} is not a DNS-1123 label: {why}"));
+            }
+        }
         return Ok(Target::Pod { name: name.to_owned(), namespace: namespace.to_owned(), port: port_of(port)? });
     }
     if endpoint.contains("://") {
@@ -196,7 +202,8 @@ impl Pool {
         let lease_name = api::lease::driver_lease_name(driver);
         let mut why = Vec::new();
         for namespace in namespaces {
-            let lease = Api::<Lease>::namespaced(client.clone(), &namespace).get_opt(&lease_name).await;
+            let leases = Api::<Lease>::namespaced(client.clone(), &namespace);
+            let lease = crate::context::read_cached(&leases, &lease_name).await;
             let holder = match lease {
                 Ok(Some(lease)) => lease.spec.and_then(|s| s.holder_identity).filter(|h| !h.is_empty()),
                 Ok(None) => {
@@ -224,6 +231,17 @@ impl Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pod_endpoints_name_dns_labels() {
+        for bad in ["pod://ポッド.名前空間:9070", "pod://Pod.ns:9070", "pod://p-.ns:9070", "pod://p.-ns:9070"] {
+            let why = parse_endpoint(bad).unwrap_err();
+            assert!(why.contains("DNS-1123 label"), "{bad}: {why}");
+        }
+        let long = format!("pod://{}.ns:1", "a".repeat(64));
+        assert!(parse_endpoint(&long).is_err());
+        assert!(parse_endpoint(&format!("pod://{}.ns:1", "a".repeat(63))).is_ok());
+    }
 
     #[test]
     fn endpoints_of_both_forms_parse() {

@@ -50,27 +50,10 @@ pub struct Volume {
 /// names Kubernetes gives objects. A name from a request goes into a URL path: anything else is
 /// refused here, so that a malformed name is the caller's error and not an API failure to retry.
 pub fn check_name(what: &'static str, name: &str, label: bool) -> Result<(), ResolveError> {
-    let max = if label { 63 } else { 253 };
-    let bad = |why| Err(ResolveError::BadName { what, name: name.chars().take(300).collect(), why });
-    if name.is_empty() {
-        return bad("empty");
+    match api::names::dns1123_problem(name, label) {
+        None => Ok(()),
+        Some(why) => Err(ResolveError::BadName { what, name: name.chars().take(300).collect(), why }),
     }
-    if name.len() > max {
-        return bad(if label { "longer than 63 characters" } else { "longer than 253 characters" });
-    }
-    let allowed = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || (!label && b == b'.');
-    if !name.bytes().all(allowed) {
-        return bad(if label {
-            "only lowercase letters, digits and '-' are allowed"
-        } else {
-            "only lowercase letters, digits, '-' and '.' are allowed"
-        });
-    }
-    let alphanumeric = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric());
-    if !alphanumeric(name.bytes().next()) || !alphanumeric(name.bytes().last()) {
-        return bad("must start and end with a letter or digit");
-    }
-    Ok(())
 }
 
 pub async fn volume(client: &Client, pv_name: &str) -> Result<Volume, ResolveError> {

@@ -15,6 +15,7 @@ mod driver_volumes;
 mod e2e;
 mod faults;
 mod helm_chart;
+mod hostile_crs;
 mod hostile_input;
 mod manager_fence;
 mod manager_groups;

@@ -93,21 +93,40 @@ pub async fn bound_pairs(client: &kube::Client, namespace: &str, class: &str, dr
                              "claimRef": {"namespace": namespace, "name": pvc_name}},
                 }))
                 .unwrap();
-                pvs.create(&PostParams::default(), &pv).await.unwrap();
                 let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
                     "metadata": {"name": pvc_name},
                     "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
                              "storageClassName": class, "volumeName": pv_name},
                 }))
                 .unwrap();
-                pvcs.create(&PostParams::default(), &pvc).await.unwrap();
-                pvs.patch_status(&pv_name, &PatchParams::default(), &Patch::Merge(&bound)).await.unwrap();
-                pvcs.patch_status(&pvc_name, &PatchParams::default(), &Patch::Merge(&bound)).await.unwrap();
+                let created = PostParams::default();
+                let status = PatchParams::default();
+                persist("creating a PV", async || pvs.create(&created, &pv).await.map(drop)).await;
+                persist("creating a PVC", async || pvcs.create(&created, &pvc).await.map(drop)).await;
+                let bound = Patch::Merge(&bound);
+                persist("binding a PV", async || pvs.patch_status(&pv_name, &status, &bound).await.map(drop)).await;
+                persist("binding a PVC", async || pvcs.patch_status(&pvc_name, &status, &bound).await.map(drop)).await;
             }
         })
         .buffer_unordered(32)
         .collect::<Vec<()>>()
         .await;
+}
+
+/// Runs a write until it succeeds or says the object exists (an earlier try got through before the
+/// connection dropped): a busy API server under a benchmark's load may cut a connection.
+async fn persist(what: &str, mut write: impl AsyncFnMut() -> Result<(), kube::Error>) {
+    for attempt in 1..=10 {
+        match write().await {
+            Ok(()) => return,
+            Err(kube::Error::Api(status)) if status.code == 409 => return,
+            Err(e) if attempt < 10 => {
+                eprintln!("{what}: {e}; trying again");
+                tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
 }
 
 /// A manager process of either build, logging to its own file.
@@ -270,7 +289,8 @@ pub struct Outcome {
 pub async fn outcome(client: &kube::Client, namespace: &str) -> Outcome {
     let jobs = crate::manager_harness::dynamic(client, namespace, "ReclaimSpaceJob");
     let mut outcome = Outcome::default();
-    for job in jobs.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
+    // From the API server's watch cache: polling must not load etcd while the managers work.
+    for job in jobs.list(&ListParams::default().match_any()).await.map(|l| l.items).unwrap_or_default() {
         let name = job.metadata.name.clone().unwrap_or_default();
         match job.data.pointer("/status/result").and_then(|r| r.as_str()) {
             Some("Succeeded") => outcome.succeeded += 1,
@@ -297,7 +317,7 @@ pub async fn create_jobs(client: &kube::Client, namespace: &str, prefix: &str, r
         .await;
 }
 
-/// Polls every 250 ms until no job of `namespace` is unfinished or `limit` has passed; returns the
+/// Polls every 500 ms until no job of `namespace` is unfinished or `limit` has passed; returns the
 /// last outcome and, when all finished, the seconds it took. `tick` runs on every poll (to check
 /// that processes still run).
 pub async fn wait_finished(
@@ -316,7 +336,7 @@ pub async fn wait_finished(
         if started.elapsed() > limit {
             return (now, None);
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 

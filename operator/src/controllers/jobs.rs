@@ -17,7 +17,7 @@ use kube::{Api, ResourceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::context::{Context, ReconcileError, condition, locked, now_seconds, set_condition};
+use crate::context::{Context, ReconcileError, condition, locked, now_seconds, read_cached, set_condition};
 use crate::job::{Limits, Step, next_step};
 
 /// The volume a job acts on.
@@ -90,6 +90,7 @@ pub async fn run<K: JobKind>(ctx: Arc<Context>, stop: impl Future<Output = ()> +
 
 fn forget(ctx: &Context, uid: &str) {
     locked(&ctx.job_failures).remove(uid);
+    locked(&ctx.unrecorded_results).remove(uid);
 }
 
 /// Drops what is remembered about jobs that no longer exist (deleted before they finished:
@@ -103,6 +104,7 @@ fn prune_memory<K: JobKind>(ctx: &Arc<Context>, store: Store<K>) {
             let live: std::collections::HashSet<String> = store.state().iter().filter_map(|j| j.uid()).collect();
             locked(&ctx.job_failures).retain(|uid, _| live.contains(uid));
             locked(&ctx.finished_jobs).retain(|uid| live.contains(uid));
+            locked(&ctx.unrecorded_results).retain(|uid, _| live.contains(uid));
         }
     });
 }
@@ -121,9 +123,16 @@ async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<Context>) -> Result<Action,
     }
     let now = now_seconds();
     let start = status.start_time.as_ref().map_or(now, |t| t.0.as_second());
-    if job.pvc().is_empty() {
-        return finish(&ctx, job.as_ref(), &status, start, Err("spec.target.persistentVolumeClaim is empty".into()))
-            .await;
+    // Run, but its result never written: write it now rather than run the operation twice.
+    let unrecorded = locked(&ctx.unrecorded_results).get(&uid).cloned();
+    if let Some(outcome) = unrecorded {
+        let outcome = outcome.map(|reclaimed_bytes| Done { reclaimed_bytes });
+        return finish(&ctx, job.as_ref(), &status, start, outcome).await;
+    }
+    if let Some(why) = api::names::dns1123_problem(job.pvc(), false) {
+        let shown: String = job.pvc().chars().take(80).collect();
+        let message = format!("spec.target.persistentVolumeClaim {shown:?} is not a PVC name: {why}");
+        return finish(&ctx, job.as_ref(), &status, start, Err(message)).await;
     }
     let limits = job.limits();
     let created = job.meta().creation_timestamp.as_ref().map_or(now, |t| t.0.as_second());
@@ -222,9 +231,16 @@ async fn finish<K: JobKind>(
     });
     if let Some(bytes) = reclaimed {
         body["reclaimedSpace"] = json!(bytes.to_string());
+    }
+    let uid = job.uid().unwrap_or_default();
+    if let Err(e) = ctx.apply_status(job, body).await {
+        let outcome = outcome.map(|done| done.reclaimed_bytes);
+        locked(&ctx.unrecorded_results).insert(uid, outcome);
+        return Err(e.into());
+    }
+    if let Some(bytes) = reclaimed {
         ctx.metrics.reclaimed_bytes.inc_by(bytes.unsigned_abs());
     }
-    ctx.apply_status(job, body).await?;
     forget(ctx, &job.uid().unwrap_or_default());
     locked(&ctx.finished_jobs).insert(job.uid().unwrap_or_default());
     let (label, warning) = match result {
@@ -249,8 +265,8 @@ async fn finish<K: JobKind>(
 async fn volume<K: JobKind>(ctx: &Context, job: &K) -> Result<Volume, AttemptError> {
     let namespace = job.namespace().unwrap_or_default();
     let name = job.pvc();
-    let pvc = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &namespace)
-        .get_opt(name)
+    let pvcs = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &namespace);
+    let pvc = read_cached(&pvcs, name)
         .await
         .map_err(|e| AttemptError::Transient(format!("reading PVC {namespace}/{name}: {e}")))?
         .ok_or_else(|| AttemptError::Transient(format!("PVC {namespace}/{name} does not exist")))?;
@@ -259,8 +275,7 @@ async fn volume<K: JobKind>(ctx: &Context, job: &K) -> Result<Volume, AttemptErr
     let Some(pv_name) = pv_name.filter(|_| bound) else {
         return Err(AttemptError::Transient(format!("PVC {namespace}/{name} is not bound yet")));
     };
-    let pv = Api::<PersistentVolume>::all(ctx.client.clone())
-        .get_opt(&pv_name)
+    let pv = read_cached(&Api::<PersistentVolume>::all(ctx.client.clone()), &pv_name)
         .await
         .map_err(|e| AttemptError::Transient(format!("reading PV {pv_name}: {e}")))?
         .ok_or_else(|| AttemptError::Transient(format!("PV {pv_name} does not exist")))?;
@@ -268,7 +283,7 @@ async fn volume<K: JobKind>(ctx: &Context, job: &K) -> Result<Volume, AttemptErr
         return Err(AttemptError::Permanent(format!("PV {pv_name} of PVC {namespace}/{name} is not a CSI volume")));
     };
     let attachments = Api::<VolumeAttachment>::all(ctx.client.clone())
-        .list(&Default::default())
+        .list(&kube::api::ListParams::default().match_any())
         .await
         .map_err(|e| AttemptError::Transient(format!("listing VolumeAttachments: {e}")))?;
     Ok(Volume {
