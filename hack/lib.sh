@@ -10,6 +10,19 @@ KUBERNETES_VERSION="${KUBERNETES_VERSION:-v1.34.2}"
 
 log() { printf '[hack] %s\n' "$*" >&2; }
 
+# go_module_dir MODULE@VERSION
+# Downloads the module through the Go module proxy into the Go module cache (once) and prints the
+# directory it is unpacked in.
+go_module_dir() {
+  local scratch dir
+  scratch=$(mktemp -d "${TMPDIR:-/tmp}/csi-addons-gomod.XXXXXX")
+  dir=$(cd "$scratch" && go mod init local/module >/dev/null 2>&1 && go mod download -json "$1" \
+    | sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')
+  rm -rf "$scratch"
+  [ -d "$dir" ] || { log "go mod download $1 gave no directory"; return 1; }
+  echo "$dir"
+}
+
 # go_wrapper_build OUTDIR MODULE@VERSION [LDFLAGS] PACKAGE...
 # Builds PACKAGEs from a throwaway wrapper module (`go install MOD@VER` is refused by the proxy here:
 # it asks for the version list). Extra `go mod edit` arguments come from GO_MOD_EDITS (an array),

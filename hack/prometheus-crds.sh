@@ -14,9 +14,7 @@ flock 9
 dir="$CSI_ADDONS_CACHE/prometheus-operator-crds-$PROMETHEUS_OPERATOR_VERSION"
 if [ ! -s "$dir/monitoring.coreos.com_prometheusrules.yaml" ]; then
   log "fetching the Prometheus Operator $PROMETHEUS_OPERATOR_VERSION CRDs into $dir (once)"
-  module=$(cd "$(mktemp -d)" && go mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION")
-  source_dir=$(printf '%s' "$module" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-  [ -d "$source_dir" ] || { log "go mod download gave no directory: $module"; exit 1; }
+  source_dir=$(go_module_dir "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION")
   mkdir -p "$dir.partial"
   for kind in servicemonitors prometheusrules; do
     cp "$source_dir/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$dir.partial/"

@@ -15,15 +15,9 @@ INTERNAL="github.com/csi-addons/kubernetes-csi-addons@v0.14.1-0.20260528060322-2
 ADDONS_SPEC="github.com/csi-addons/spec@v0.2.1-0.20260515055340-d4a373713b9a"
 
 command -v go >/dev/null || { log "Go is needed to fetch the protos"; exit 1; }
-scratch=$(mktemp -d); trap 'rm -rf "$scratch"' EXIT
-module_dir() {
-  (cd "$scratch" && { [ -f go.mod ] || go mod init local/protos >/dev/null 2>&1; } \
-    && go mod download -json "$1" | sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')
-}
-
-csi=$(module_dir "$CSI_SPEC")
-internal=$(module_dir "$INTERNAL")
-spec=$(module_dir "$ADDONS_SPEC")
+csi=$(go_module_dir "$CSI_SPEC")
+internal=$(go_module_dir "$INTERNAL")
+spec=$(go_module_dir "$ADDONS_SPEC")
 pinned=$(sed -n 's#^\s*github.com/csi-addons/spec \(v[^ ]*\).*#\1#p' "$internal/go.mod" | head -n1)
 [ "github.com/csi-addons/spec@$pinned" = "$ADDONS_SPEC" ] || {
   log "$INTERNAL pins github.com/csi-addons/spec@$pinned, this script says $ADDONS_SPEC"; exit 1; }

@@ -12,10 +12,7 @@ command -v go >/dev/null || { log "Go is needed to build upstream's binaries"; e
 if [ "${1:-}" = rbac ]; then
   # The manager's RBAC as upstream's users install it (deploy/controller/rbac.yaml), from the module
   # in the Go module cache: the benchmarks bind upstream's manager to it.
-  scratch=$(mktemp -d); trap 'rm -rf "$scratch"' EXIT
-  module=$(cd "$scratch" && go mod init local/upstream >/dev/null 2>&1 \
-    && go mod download -json "github.com/csi-addons/kubernetes-csi-addons@$UPSTREAM_VERSION" \
-    | sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')
+  module=$(go_module_dir "github.com/csi-addons/kubernetes-csi-addons@$UPSTREAM_VERSION")
   [ -f "$module/deploy/controller/rbac.yaml" ] || { log "no deploy/controller/rbac.yaml in upstream $UPSTREAM_VERSION"; exit 1; }
   echo "$module/deploy/controller/rbac.yaml"
   exit 0

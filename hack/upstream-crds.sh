@@ -8,8 +8,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 UPSTREAM="${UPSTREAM_MODULE:-github.com/csi-addons/kubernetes-csi-addons@v0.14.1-0.20260528060322-2ed0ef956bd4}"
 command -v go >/dev/null || { log "Go is needed to fetch upstream's CRDs"; exit 1; }
-scratch=$(mktemp -d); trap 'rm -rf "$scratch"' EXIT
-dir=$(cd "$scratch" && go mod init local/upstream >/dev/null 2>&1 && go mod download -json "$UPSTREAM" \
-  | sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')
+dir=$(go_module_dir "$UPSTREAM")
 [ -d "$dir/config/crd/bases" ] || { log "no config/crd/bases in $UPSTREAM"; exit 1; }
 echo "$dir/config/crd/bases"

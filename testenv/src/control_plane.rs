@@ -200,19 +200,15 @@ impl ControlPlane {
         self.audit_log.as_deref()
     }
 
-    /// Stops kube-apiserver (SIGKILL with `kill`, else SIGTERM and a grace period), starts it again
-    /// with the same flags and port, and waits until it is ready. Clients keep working: the port,
-    /// certificates and etcd data are the same.
-    pub async fn restart_apiserver(&self, kill: bool) -> Result<(), Error> {
+    /// Kills kube-apiserver (SIGKILL: no graceful shutdown), starts it again with the same flags
+    /// and port, and waits until it is ready. Clients keep working: the port, certificates and etcd
+    /// data are the same.
+    pub async fn kill_and_restart_apiserver(&self) -> Result<(), Error> {
         {
             let mut processes = self.lock();
             if let Some(mut child) = processes.apiserver.take() {
-                if kill {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                } else {
-                    process::stop(&mut child, STOP_GRACE);
-                }
+                let _ = child.kill();
+                let _ = child.wait();
             }
             let mut apiserver = Command::new(self.assets.join("kube-apiserver"));
             apiserver.args(&self.apiserver_args);

@@ -21,13 +21,6 @@ fn count(env: &str, default: usize) -> usize {
     std::env::var(env).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-async fn identity(build: Build, client: &kube::Client, namespace: &str) -> ManagerIdentity {
-    match build {
-        Build::Ours => ManagerIdentity::new(client, namespace).await,
-        Build::Upstream => ManagerIdentity::upstream(client, namespace).await,
-    }
-}
-
 /// Polls until every CSIAddonsNode of `namespace` named `prefix…` is Connected (`limit` at most);
 /// the seconds.
 async fn all_connected(
@@ -81,7 +74,7 @@ async fn throughput(build: Build, jobs: usize, dir: &std::path::Path) -> Through
     let driver = Harness::start_with(&["--driver-name", &driver_name]).await;
     let volumes = rig::block_volumes(&driver, "bench", jobs).await;
     rig::bound_pairs(&client, &namespace, "", &driver_name, &volumes).await;
-    let identity = identity(build, &client, &namespace).await;
+    let identity = ManagerIdentity::of(build, &client, &namespace).await;
     let sidecar = SidecarRun::start(build, &client, &namespace, "bench-node", &driver.driver.addons_endpoint).await;
     let log = dir.join(format!("jobs-{}.log", build.key()));
     let mut manager = ManagerProcess::start(build, &namespace, &identity.kubeconfig(), &log, &[]);
@@ -91,8 +84,7 @@ async fn throughput(build: Build, jobs: usize, dir: &std::path::Path) -> Through
         (rig::audit_mark(), rig::cpu_seconds(manager.pid()), rig::cpu_seconds(sidecar.pid()));
     let started = Instant::now();
     rig::create_jobs(&client, &namespace, "bench", 0..jobs).await;
-    let (outcome, _) =
-        rig::wait_finished(&client, &namespace, Duration::from_secs(1800), || manager.assert_running()).await;
+    let outcome = rig::wait_finished(&client, &namespace, Duration::from_secs(1800), || manager.assert_running()).await;
     let seconds = started.elapsed().as_secs_f64();
     assert!(outcome.unfinished.is_empty(), "{} jobs unfinished after 30 min", outcome.unfinished.len());
     let log_text = manager.log_text();
@@ -203,7 +195,7 @@ async fn bench_manager_idle_with_many_csiaddonsnodes() {
             let name = node.metadata.name.unwrap();
             let _ = nodes.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": null}))).await;
         }
-        let identity = identity(build, &client, &namespace).await;
+        let identity = ManagerIdentity::of(build, &client, &namespace).await;
         let log = dir.path().join(format!("nodes-{}.log", build.key()));
         let mut manager = ManagerProcess::start(build, &namespace, &identity.kubeconfig(), &log, &[]);
         // Only the idle ones: the sidecar's own node has an ip:port endpoint, which upstream's

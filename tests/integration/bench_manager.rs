@@ -49,10 +49,7 @@ async fn cron_jobs(client: &kube::Client, namespace: &str) -> usize {
 
 /// Runs one manager until `n` cron jobs exist, then idles it 10 s; removes the cron jobs after.
 async fn measure(client: &kube::Client, namespace: &str, n: usize, build: Build, dir: &std::path::Path) -> Figures {
-    let identity = match build {
-        Build::Ours => ManagerIdentity::new(client, namespace).await,
-        Build::Upstream => ManagerIdentity::upstream(client, namespace).await,
-    };
+    let identity = ManagerIdentity::of(build, client, namespace).await;
     let mark = rig::audit_mark();
     let log = dir.join(format!("fan-out-{n}-{}.log", build.key()));
     let mut manager = ManagerProcess::start(build, namespace, &identity.kubeconfig(), &log, &[]);

@@ -100,10 +100,10 @@ impl Scene {
             scene.start_manager();
             if fault == Fault::LeaderFailover {
                 // The first one leads: it is the one killed.
-                scene.until("a manager to hold the Lease", async |s| s.leader().await.is_some()).await;
+                scene.until("a manager to hold the Lease", async |s| s.leader().await).await;
             }
         }
-        scene.until("the CSIAddonsNode to be Connected", async |s| s.connected().await).await;
+        scene.until("the CSIAddonsNode to be Connected", async |s| s.connected().await.then_some(())).await;
         scene
     }
 
@@ -124,14 +124,15 @@ impl Scene {
     async fn connected(&self) -> bool {
         let nodes = crate::manager_harness::dynamic(&self.client, &self.namespace, "CSIAddonsNode");
         let list = nodes.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
-        // A restarted sidecar registers its new endpoint: the newest node must be Connected.
+        // A restarted sidecar registers its new endpoint on the same node object.
         list.iter().any(|n| n.data.pointer("/status/state") == Some(&serde_json::json!("Connected")))
     }
 
-    async fn until(&self, what: &str, check: impl AsyncFn(&Scene) -> bool) {
+    /// Polls `check` every 200 ms until it yields a value (2 min at most).
+    async fn until<T>(&self, what: &str, check: impl AsyncFn(&Scene) -> Option<T>) -> T {
         for _ in 0..600 {
-            if check(self).await {
-                return;
+            if let Some(value) = check(self).await {
+                return value;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -153,12 +154,12 @@ impl Scene {
                     SidecarProcess::start(&self.pod, NODE, &self.driver.driver.addons_endpoint, Serving::Plain, &[]);
             }
             Fault::KillDriver => self.driver.driver.kill_and_restart(),
-            Fault::RestartApiServer => testenv::shared().restart_apiserver(true).await.unwrap(),
+            Fault::RestartApiServer => testenv::shared().kill_and_restart_apiserver().await.unwrap(),
             Fault::LeaderFailover => {
                 let before = self.leader().await;
                 self.managers.remove(0).kill();
                 self.until("another manager to take the Lease", async |s| {
-                    s.leader().await.is_some_and(|now| Some(&now) != before.as_ref())
+                    s.leader().await.filter(|now| Some(now) != before.as_ref())
                 })
                 .await;
             }
@@ -171,13 +172,15 @@ async fn run(fault: Fault) -> Result {
     let mut scene = Scene::new(fault, jobs).await;
     rig::create_jobs(&scene.client, &scene.namespace, "fault", 0..jobs).await;
     // Mid-batch: once the first job has a result, while the others run or wait.
-    scene
-        .until("the first job to finish", async |s| rig::outcome(&s.client, &s.namespace).await.unfinished.len() < jobs)
+    let in_flight = scene
+        .until("the first job to finish", async |s| {
+            let unfinished = rig::outcome(&s.client, &s.namespace).await.unfinished.len();
+            (unfinished < jobs).then_some(unfinished)
+        })
         .await;
-    let in_flight = rig::outcome(&scene.client, &scene.namespace).await.unfinished.len();
     let struck = Instant::now();
     scene.strike(fault).await;
-    let (outcome, _) = rig::wait_finished(&scene.client, &scene.namespace, Duration::from_secs(300), || {
+    let outcome = rig::wait_finished(&scene.client, &scene.namespace, Duration::from_secs(300), || {
         scene.managers.iter_mut().for_each(|m| m.assert_running());
     })
     .await;

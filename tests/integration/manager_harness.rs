@@ -231,6 +231,14 @@ impl ManagerIdentity {
         Self::with_roles(client, namespace, "csi-addons-controller-manager", role, (namespace, election)).await
     }
 
+    /// The release RBAC of `build`'s manager.
+    pub async fn of(build: crate::rig::Build, client: &kube::Client, namespace: &str) -> Self {
+        match build {
+            crate::rig::Build::Ours => Self::new(client, namespace).await,
+            crate::rig::Build::Upstream => Self::upstream(client, namespace).await,
+        }
+    }
+
     /// Upstream's v0.14.0 manager: the ClusterRole and leader-election Role of its
     /// deploy/controller/rbac.yaml, as its users install them.
     pub async fn upstream(client: &kube::Client, namespace: &str) -> Self {

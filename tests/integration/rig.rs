@@ -4,10 +4,11 @@
 //! ended, figures from /proc, and each user's requests from the API server's audit log.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use api::proto::csi::v1 as csi;
+use demo::peers::ServiceAccountFiles;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -36,13 +37,7 @@ impl Build {
 /// A binary of upstream's v0.14.0 (`manager`, `sidecar`), or its `rbac` YAML: from
 /// `UPSTREAM_<WHAT>` when set, else built or fetched once by hack/upstream-binaries.sh.
 pub fn upstream(what: &str) -> PathBuf {
-    if let Some(path) = std::env::var_os(format!("UPSTREAM_{}", what.to_uppercase())).filter(|p| !p.is_empty()) {
-        return path.into();
-    }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hack/upstream-binaries.sh");
-    let out = Command::new("bash").arg(script).arg(what).stderr(Stdio::inherit()).output().unwrap();
-    assert!(out.status.success(), "hack/upstream-binaries.sh {what} failed");
-    String::from_utf8(out.stdout).unwrap().trim().into()
+    crate::support::test_peer_with(&format!("UPSTREAM_{}", what.to_uppercase()), "upstream-binaries.sh", &[what])
 }
 
 fn block_capability() -> csi::VolumeCapability {
@@ -195,12 +190,14 @@ impl ManagerProcess {
     }
 }
 
-/// A sidecar of either build for a DaemonSet Pod on `node`, against `driver_endpoint`; upstream's
-/// registers a `pod://` endpoint (the only form its manager dials), so its Pod gets 127.0.0.1 as
-/// the IP a kubelet would give it.
+/// A sidecar of either build for a DaemonSet Pod on `node`, against `driver_endpoint`, serving
+/// plain gRPC on 127.0.0.1:`port()`. Ours holds its driver's Lease before `start` returns.
+/// Upstream's runs as a ServiceAccount bound to cluster-admin (a test peer, whose RBAC is not ours
+/// to prove) and registers a `pod://` endpoint (the only form its manager dials), so its Pod gets
+/// 127.0.0.1 as the IP a kubelet would give it.
 pub enum SidecarRun {
     Ours(SidecarProcess),
-    Upstream { child: Child, _dir: tempfile::TempDir },
+    Upstream { child: Child, port: u16, log: PathBuf, _dir: tempfile::TempDir },
 }
 
 impl Drop for SidecarRun {
@@ -220,10 +217,11 @@ impl SidecarRun {
         driver_endpoint: &str,
     ) -> Self {
         let pod = sidecar_pod(client, namespace, node, Workload::DaemonSet, "csi-plugin").await;
-        let run = match build {
+        let mut run = match build {
             Build::Ours => {
                 let sidecar = SidecarProcess::start(&pod, node, driver_endpoint, Serving::Plain, &[]);
                 sidecar.wait_ready().await;
+                sidecar.wait_leader(true).await;
                 SidecarRun::Ours(sidecar)
             }
             Build::Upstream => Self::upstream(client, &pod, node, driver_endpoint).await,
@@ -232,6 +230,13 @@ impl SidecarRun {
         for _ in 0..300 {
             if !nodes.list(&ListParams::default()).await.unwrap().items.is_empty() {
                 return run;
+            }
+            if let SidecarRun::Upstream { child, log, .. } = &mut run {
+                assert!(
+                    child.try_wait().unwrap().is_none(),
+                    "upstream's sidecar exited:\n{}",
+                    testenv::process::tail(log, 30)
+                );
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -254,23 +259,41 @@ impl SidecarRun {
         .unwrap();
         Api::all(client.clone()).create(&PostParams::default(), &binding).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let args = [
-            format!("-csi-addons-address={driver_endpoint}"),
-            format!("-node-id={node}"),
-            format!("-controller-port={}", free_port()),
-            format!("-pod={}", pod.name),
-            format!("-namespace={}", pod.namespace),
-            format!("-pod-uid={}", pod.uid),
-            "-enable-auth=false".into(),
-        ];
-        let child = crate::bench_sidecar::start_upstream(&args, &token, &pod.namespace, dir.path());
-        SidecarRun::Upstream { child, _dir: dir }
+        let account =
+            ServiceAccountFiles::write(dir.path().join("account"), &token, cp.ca_cert_path(), &pod.namespace).unwrap();
+        let api_port = cp.server_url().trim_end_matches('/').rsplit(':').next().unwrap().to_owned();
+        let (port, log) = (free_port(), dir.path().join("upstream-sidecar.log"));
+        let mut command = account.in_cluster_command(&upstream("sidecar"), &api_port);
+        command
+            .arg(format!("-csi-addons-address={driver_endpoint}"))
+            .arg(format!("-node-id={node}"))
+            .arg(format!("-controller-port={port}"))
+            .arg(format!("-pod={}", pod.name))
+            .arg(format!("-namespace={}", pod.namespace))
+            .arg(format!("-pod-uid={}", pod.uid))
+            .arg("-enable-auth=false");
+        let child = testenv::process::spawn_logged(command, &log).unwrap();
+        SidecarRun::Upstream { child, port, log, _dir: dir }
     }
 
     pub fn pid(&self) -> u32 {
         match self {
             SidecarRun::Ours(sidecar) => sidecar.pid(),
             SidecarRun::Upstream { child, .. } => child.id(),
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        match self {
+            SidecarRun::Ours(sidecar) => sidecar.port,
+            SidecarRun::Upstream { port, .. } => *port,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        match self {
+            SidecarRun::Ours(sidecar) => sidecar.log(),
+            SidecarRun::Upstream { log, .. } => std::fs::read_to_string(log).unwrap_or_default(),
         }
     }
 }
@@ -318,23 +341,14 @@ pub async fn create_jobs(client: &kube::Client, namespace: &str, prefix: &str, r
 }
 
 /// Polls every 500 ms until no job of `namespace` is unfinished or `limit` has passed; returns the
-/// last outcome and, when all finished, the seconds it took. `tick` runs on every poll (to check
-/// that processes still run).
-pub async fn wait_finished(
-    client: &kube::Client,
-    namespace: &str,
-    limit: Duration,
-    mut tick: impl FnMut(),
-) -> (Outcome, Option<f64>) {
+/// last outcome. `tick` runs on every poll (to check that processes still run).
+pub async fn wait_finished(client: &kube::Client, namespace: &str, limit: Duration, mut tick: impl FnMut()) -> Outcome {
     let started = Instant::now();
     loop {
         tick();
         let now = outcome(client, namespace).await;
-        if now.unfinished.is_empty() {
-            return (now, Some(started.elapsed().as_secs_f64()));
-        }
-        if started.elapsed() > limit {
-            return (now, None);
+        if now.unfinished.is_empty() || started.elapsed() > limit {
+            return now;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -404,7 +418,7 @@ pub fn audit_mark() -> u64 {
 }
 
 /// Requests of one user, from the audit log.
-#[derive(Debug, Default, serde::Serialize)]
+#[derive(Debug, Default)]
 pub struct Requests {
     pub total: usize,
     pub by_verb: BTreeMap<String, usize>,

@@ -67,12 +67,22 @@ pub fn workspace_binary(name: &str) -> std::path::PathBuf {
 
 /// A Go-built test peer: `$ENV` if set, else what `hack/<script>` builds and prints.
 pub fn test_peer(env: &str, script: &str) -> std::path::PathBuf {
+    test_peer_with(env, script, &[])
+}
+
+/// As [`test_peer`], `hack/<script>` given `args`.
+pub fn test_peer_with(env: &str, script: &str, args: &[&str]) -> std::path::PathBuf {
     if let Some(path) = std::env::var_os(env).filter(|p| !p.is_empty()) {
         return path.into();
     }
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../hack").join(script);
-    let out = std::process::Command::new("bash").arg(&script).stderr(std::process::Stdio::inherit()).output().unwrap();
-    assert!(out.status.success(), "{} failed", script.display());
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .args(args)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{} {args:?} failed", script.display());
     String::from_utf8(out.stdout).unwrap().trim().into()
 }
 

@@ -201,11 +201,9 @@ async fn finish<K: JobKind>(
     let now = k8s_openapi::jiff::Timestamp::now();
     let start_time = k8s_openapi::jiff::Timestamp::from_second(start).unwrap_or(now);
     let generation = job.meta().generation;
-    let retries = ctx
-        .job_failures
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .get(&job.uid().unwrap_or_default())
+    let uid = job.uid().unwrap_or_default();
+    let retries = locked(&ctx.job_failures)
+        .get(&uid)
         .map_or(status.retries.unwrap_or(0), |(n, _)| i32::try_from(*n).unwrap_or(i32::MAX));
     let (result, message, conditions, reclaimed) = match &outcome {
         Ok(done) => (
@@ -232,7 +230,6 @@ async fn finish<K: JobKind>(
     if let Some(bytes) = reclaimed {
         body["reclaimedSpace"] = json!(bytes.to_string());
     }
-    let uid = job.uid().unwrap_or_default();
     if let Err(e) = ctx.apply_status(job, body).await {
         let outcome = outcome.map(|done| done.reclaimed_bytes);
         locked(&ctx.unrecorded_results).insert(uid, outcome);
@@ -241,8 +238,8 @@ async fn finish<K: JobKind>(
     if let Some(bytes) = reclaimed {
         ctx.metrics.reclaimed_bytes.inc_by(bytes.unsigned_abs());
     }
-    forget(ctx, &job.uid().unwrap_or_default());
-    locked(&ctx.finished_jobs).insert(job.uid().unwrap_or_default());
+    forget(ctx, &uid);
+    locked(&ctx.finished_jobs).insert(uid);
     let (label, warning) = match result {
         OperationResult::Succeeded => ("Succeeded", false),
         OperationResult::Failed => ("Failed", true),
