@@ -7,11 +7,11 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Resource;
 use kube::api::Api;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use crate::config::{CONFIG_MAP, Settings};
+use crate::events::{EventRecorder, Note};
 
 /// Watches the ConfigMap in `namespace` until `stop`; `settings` carries what is in force.
 pub async fn follow(
@@ -22,7 +22,7 @@ pub async fn follow(
     mut stop: watch::Receiver<bool>,
 ) {
     let api = Api::<ConfigMap>::namespaced(client.clone(), &namespace);
-    let recorder = Recorder::new(client, Reporter { controller: "csi-addons-manager".into(), instance: None });
+    let recorder = EventRecorder::new(client, crate::context::FIELD_MANAGER, None);
     let config = watcher::Config::default().fields(&format!("metadata.name={CONFIG_MAP}"));
     let mut events = std::pin::pin!(watcher::watcher(api, config));
     loop {
@@ -50,7 +50,7 @@ async fn apply(
     data: &BTreeMap<String, String>,
     settings: &watch::Sender<Settings>,
     config_map: Option<&ConfigMap>,
-    recorder: &Recorder,
+    recorder: &EventRecorder,
 ) {
     match Settings::with_config_map(base, data) {
         Ok(next) => {
@@ -63,14 +63,13 @@ async fn apply(
         Err(e) => {
             tracing::error!(error = %e, "{CONFIG_MAP} refused; the settings in force stay");
             if let Some(config_map) = config_map {
-                let event = Event {
-                    type_: EventType::Warning,
-                    reason: "InvalidConfiguration".into(),
-                    note: Some(format!("{e}; the settings in force stay")),
-                    action: "Reload".into(),
-                    secondary: None,
+                let note = Note {
+                    warning: true,
+                    reason: "InvalidConfiguration",
+                    action: "Reload",
+                    text: format!("{e}; the settings in force stay"),
                 };
-                if let Err(e) = recorder.publish(&event, &config_map.object_ref(&())).await {
+                if let Err(e) = recorder.publish(&config_map.object_ref(&()), note).await {
                     tracing::warn!(error = %e, "recording the configuration event failed");
                 }
             }

@@ -9,12 +9,13 @@ use std::time::Instant;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
+use crate::attachments::Attachments;
 use crate::config::Settings;
+use crate::events::{EventRecorder, Note};
 use crate::metrics::Metrics;
 use crate::pool::Pool;
 use crate::sidecar_client::Security;
@@ -36,10 +37,12 @@ pub enum ReconcileError {
 pub struct Context {
     pub client: kube::Client,
     pub pool: Arc<Pool>,
+    /// Where volumes are attached (kept while this manager leads).
+    pub attachments: Attachments,
     pub security: Security,
     pub settings: watch::Receiver<Settings>,
     pub metrics: Metrics,
-    pub recorder: Recorder,
+    pub recorder: EventRecorder,
     /// Failed attempts of jobs without a result yet: UID → (failures, when the last one failed).
     /// In memory only: after a restart a job retries at once, then backs off again.
     pub job_failures: Mutex<HashMap<String, (u32, i64)>>,
@@ -87,6 +90,11 @@ impl CacheSync {
         });
     }
 
+    /// Marks `name` synced or not (caches kept by hand rather than by a reflector store).
+    pub fn set(&self, name: &'static str, synced: bool) {
+        self.with(|m| m.insert(name, synced));
+    }
+
     /// Forgets every controller (they stopped: this manager stands by).
     pub fn clear(&self) {
         self.with(BTreeMap::clear);
@@ -108,10 +116,11 @@ impl Context {
         watch_namespace: Option<String>,
         caches: CacheSync,
     ) -> Self {
-        let recorder = Recorder::new(client.clone(), Reporter { controller: FIELD_MANAGER.into(), instance });
+        let recorder = EventRecorder::new(client.clone(), FIELD_MANAGER, instance);
         Context {
             client,
             pool: Arc::new(Pool::default()),
+            attachments: Attachments::default(),
             security,
             settings,
             metrics,
@@ -150,14 +159,8 @@ impl Context {
             let namespace = object.meta().namespace.as_deref().unwrap_or_default();
             tracing::warn!(%kind, namespace, name = %object.name_any(), reason, message = %note, "warning event");
         }
-        let event = Event {
-            type_: if warning { EventType::Warning } else { EventType::Normal },
-            reason: reason.to_owned(),
-            note: Some(truncate(note, 1000)),
-            action: reason.to_owned(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &object.object_ref(&())).await {
+        let note = Note { warning, reason, action: reason, text: truncate(note, 1000) };
+        if let Err(e) = self.recorder.publish(&object.object_ref(&()), note).await {
             tracing::warn!(error = %e, object = %object.name_any(), reason, "recording an event failed");
         }
     }

@@ -3,11 +3,13 @@
 #![forbid(unsafe_code)]
 
 pub mod annotations;
+pub mod attachments;
 pub mod config;
 pub mod config_watch;
 pub mod context;
 pub mod controllers;
 pub mod cronjob;
+pub mod events;
 pub mod fencing;
 pub mod flags;
 pub mod job;

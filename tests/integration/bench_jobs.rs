@@ -50,7 +50,7 @@ async fn all_connected(
     }
 }
 
-#[derive(Default)]
+#[derive(Default, Debug)]
 struct Throughput {
     seconds: f64,
     succeeded: usize,
@@ -116,6 +116,10 @@ async fn bench_jobs_throughput_through_each_sides_sidecar() {
     let dir = tempfile::tempdir().unwrap();
     println!("job throughput: {jobs} ReclaimSpaceJobs, each side's manager and sidecar, the reference driver");
     let ours = throughput(Build::Ours, jobs, dir.path()).await;
+    if rig::ours_only() {
+        println!("{ours:#?}");
+        return;
+    }
     let theirs = throughput(Build::Upstream, jobs, dir.path()).await;
     let per_job = |t: &Throughput, f: fn(&rig::Requests) -> usize| {
         t.requests.as_ref().map_or(f64::NAN, |r| f(r) as f64 / jobs as f64)
@@ -189,7 +193,8 @@ async fn bench_manager_idle_with_many_csiaddonsnodes() {
         .await;
     println!("manager idle with {n} CSIAddonsNodes (one live sidecar behind them all)");
     let mut measured = Vec::new();
-    for build in [Build::Ours, Build::Upstream] {
+    let builds: &[Build] = if rig::ours_only() { &[Build::Ours] } else { &[Build::Ours, Build::Upstream] };
+    for &build in builds {
         // Each manager starts from nodes with no status, as after an install.
         for node in nodes.list(&ListParams::default()).await.unwrap().items {
             let name = node.metadata.name.unwrap();
@@ -209,15 +214,22 @@ async fn bench_manager_idle_with_many_csiaddonsnodes() {
             rig::mib(rig::status_kib(pid, "VmRSS")),
             rig::mib(rig::status_kib(pid, "VmHWM")),
             rig::status_kib(pid, "Threads") as f64,
+            rig::mib(rig::status_kib(pid, "RssAnon")),
         ));
         drop(manager);
     }
-    let [(s_ours, idle_ours, peak_ours, threads_ours), (s_up, idle_up, peak_up, threads_up)] = measured[..] else {
+    if rig::ours_only() {
+        println!("ours: {:?}", measured[0]);
+        return;
+    }
+    let [(s_ours, idle_ours, peak_ours, threads_ours, anon_ours), (s_up, idle_up, peak_up, threads_up, anon_up)] =
+        measured[..] else {
         unreachable!("two builds measured")
     };
     let rows = [
         row("seconds until every node Connected", s_ours, s_up),
         row("manager RSS idle afterwards (MiB)", idle_ours, idle_up),
+        row("  of which heap and stacks (RssAnon)", anon_ours, anon_up),
         row("manager peak RSS (MiB)", peak_ours, peak_up),
         row("manager threads", threads_ours, threads_up),
     ];

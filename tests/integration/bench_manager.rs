@@ -110,8 +110,7 @@ async fn bench_manager_annotation_fan_out() {
         println!("\nN = {n} (bound pairs written in {:.1} s)", creating.elapsed().as_secs_f64());
         // Ours first: upstream's pvc mode writes annotations onto the PVCs it schedules.
         let ours = measure(&client, &namespace, n, Build::Ours, dir.path()).await;
-        // BENCH_OURS_ONLY=1: a quick look at ours alone.
-        if std::env::var("BENCH_OURS_ONLY").is_ok_and(|v| v == "1") {
+        if rig::ours_only() {
             println!(
                 "  ours only: {:.1} s, peak {:.1} MiB, idle {:.1} MiB (anonymous {:.1}, file-backed {:.1}), CPU {:.1} s",
                 ours.seconds, ours.peak_mib, ours.idle_mib, ours.anon_mib, ours.file_mib, ours.cpu

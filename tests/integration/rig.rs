@@ -354,6 +354,12 @@ pub async fn wait_finished(client: &kube::Client, namespace: &str, limit: Durati
     }
 }
 
+/// `BENCH_ONLY=ours`: measure only our build and print its figures (for quick iterations; the
+/// comparison needs both).
+pub fn ours_only() -> bool {
+    std::env::var("BENCH_ONLY").is_ok_and(|v| v == "ours")
+}
+
 /// A `/proc/<pid>/status` figure in KiB (0 when the process is gone).
 pub fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();

@@ -8,7 +8,6 @@ use std::time::Duration;
 use api::csiaddons::OperationResult;
 use futures::Future;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
@@ -147,9 +146,8 @@ async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<Context>) -> Result<Action,
         Step::Wait(delay) => return Ok(Action::requeue(delay)),
         Step::Attempt => {}
     }
-    if status.start_time.is_none() {
-        ctx.apply_status(job.as_ref(), json!({"startTime": Time(k8s_openapi::jiff::Timestamp::now())})).await?;
-    }
+    // No status write before the attempt (upstream writes once per pass too): startTime goes
+    // out with the result, or with the first failed attempt.
     let timeout = job
         .timeout()
         .filter(|t| *t > 0)
@@ -279,57 +277,17 @@ async fn volume<K: JobKind>(ctx: &Context, job: &K) -> Result<Volume, AttemptErr
     let Some(csi) = pv.spec.and_then(|s| s.csi) else {
         return Err(AttemptError::Permanent(format!("PV {pv_name} of PVC {namespace}/{name} is not a CSI volume")));
     };
-    let attachments = Api::<VolumeAttachment>::all(ctx.client.clone())
-        .list(&kube::api::ListParams::default().match_any())
+    let attached_to = ctx
+        .attachments
+        .node_of(&pv_name)
         .await
-        .map_err(|e| AttemptError::Transient(format!("listing VolumeAttachments: {e}")))?;
-    Ok(Volume {
-        pvc: name.to_owned(),
-        attached_to: attached_node(&attachments.items, &pv_name),
-        pv: pv_name,
-        driver: csi.driver,
-    })
-}
-
-/// The node of the first live, attached VolumeAttachment of `pv` (inline volumes, which name no
-/// PV, are skipped instead of crashing: upstream defect 17).
-pub fn attached_node(attachments: &[VolumeAttachment], pv: &str) -> Option<String> {
-    attachments
-        .iter()
-        .filter(|a| a.metadata.deletion_timestamp.is_none())
-        .filter(|a| a.status.as_ref().is_some_and(|s| s.attached))
-        .find(|a| a.spec.source.persistent_volume_name.as_deref() == Some(pv))
-        .map(|a| a.spec.node_name.clone())
+        .map_err(|e| AttemptError::Transient(format!("finding where PV {pv_name} is attached: {e}")))?;
+    Ok(Volume { pvc: name.to_owned(), attached_to, pv: pv_name, driver: csi.driver })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::storage::v1::{VolumeAttachmentSource, VolumeAttachmentSpec, VolumeAttachmentStatus};
-
-    fn attachment(pv: Option<&str>, node: &str, attached: bool) -> VolumeAttachment {
-        VolumeAttachment {
-            spec: VolumeAttachmentSpec {
-                attacher: "d".into(),
-                node_name: node.into(),
-                source: VolumeAttachmentSource { persistent_volume_name: pv.map(Into::into), ..Default::default() },
-            },
-            status: Some(VolumeAttachmentStatus { attached, ..Default::default() }),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn only_live_attachments_of_the_pv_count_and_inline_ones_are_skipped() {
-        let list = [
-            attachment(None, "inline", true),
-            attachment(Some("pv-1"), "n0", false),
-            attachment(Some("pv-1"), "n1", true),
-        ];
-        assert_eq!(attached_node(&list, "pv-1").as_deref(), Some("n1"));
-        assert_eq!(attached_node(&list, "pv-2"), None);
-    }
-
     #[test]
     fn the_shared_status_is_read_from_either_kind() {
         let mut job = api::csiaddons::ReclaimSpaceJob::new("j", Default::default());
