@@ -106,6 +106,8 @@ async fn throughput(build: Build, jobs: usize, dir: &std::path::Path) -> Through
         },
     };
     assert_eq!(figures.succeeded, jobs, "{:?}", outcome.failed.first());
+    drop(manager);
+    rig::remove_all(&client, &namespace, "ReclaimSpaceJob").await;
     figures
 }
 
@@ -218,6 +220,8 @@ async fn bench_manager_idle_with_many_csiaddonsnodes() {
         ));
         drop(manager);
     }
+    drop(run);
+    rig::remove_all(&client, &namespace, "CSIAddonsNode").await;
     if rig::ours_only() {
         println!("ours: {:?}", measured[0]);
         return;

@@ -11,7 +11,7 @@ use api::proto::csi::v1 as csi;
 use demo::peers::ServiceAccountFiles;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::driver_harness::Harness;
@@ -352,6 +352,21 @@ pub async fn wait_finished(client: &kube::Client, namespace: &str, limit: Durati
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// Deletes every `kind` (a CSI-Addons kind) in `namespace`, finalizers first: no manager runs to
+/// release them. A benchmark part leaves nothing behind that the next part's managers would
+/// reconcile (1,000 CSIAddonsNodes of a stopped sidecar would keep both managers retrying).
+pub async fn remove_all(client: &kube::Client, namespace: &str, kind: &str) {
+    let api = crate::manager_harness::dynamic(client, namespace, kind);
+    let unfinalized = json!({"metadata": {"finalizers": null}});
+    for object in api.list(&ListParams::default()).await.unwrap().items {
+        let name = object.metadata.name.unwrap_or_default();
+        if object.metadata.finalizers.is_some_and(|f| !f.is_empty()) {
+            let _ = api.patch(&name, &PatchParams::default(), &Patch::Merge(&unfinalized)).await;
+        }
+    }
+    api.delete_collection(&DeleteParams::default(), &ListParams::default()).await.unwrap();
 }
 
 /// `BENCH_ONLY=ours`: measure only our build and print its figures (for quick iterations; the

@@ -151,7 +151,11 @@ pub async fn run<C: CronKind>(
     let (children, writer) = reflector::store::<C::Job>();
     let child_events = watcher(ctx.watched::<C::Job>(), super::list_config())
         .default_backoff()
-        .modify(|job| job.meta_mut().managed_fields = None)
+        .modify(|job| {
+            // What `child_of` and the owner lookup read: annotations, owners, the outcome.
+            (job.meta_mut().managed_fields, job.meta_mut().labels) = (None, None);
+            job.keep_only_outcome();
+        })
         .reflect(writer)
         .touched_objects();
     ctx.caches.follow(C::CONTROLLER, store.clone());

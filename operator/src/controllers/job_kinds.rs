@@ -1,7 +1,9 @@
 //! The act step of each one-shot job kind: which sidecars to call and what their answers mean.
 use std::time::Duration;
 
-use api::csiaddons::{EncryptionKeyRotationJob, ReclaimSpaceJob};
+use api::csiaddons::{
+    EncryptionKeyRotationJob, EncryptionKeyRotationJobStatus, ReclaimSpaceJob, ReclaimSpaceJobStatus,
+};
 use api::proto::internal::encryption_key_rotation_client::EncryptionKeyRotationClient;
 use api::proto::internal::reclaim_space_client::ReclaimSpaceClient;
 use api::proto::internal::{EncryptionKeyRotateRequest, ReclaimSpaceRequest};
@@ -10,6 +12,19 @@ use super::jobs::{AttemptError, Done, JobKind, Volume};
 use crate::context::Context;
 use crate::job::{Limits, ReclaimCall, reclaim_plan, reclaimed_bytes};
 use crate::sidecar_client::with_timeout;
+
+/// `JobKind::keep_only_outcome` for a kind whose status is `$status` (both kinds share the fields).
+macro_rules! keep_only_outcome {
+    ($status:ty) => {
+        fn keep_only_outcome(&mut self) {
+            if let Some(status) = self.status.as_mut().filter(|s| s.result.is_some()) {
+                let kept = (status.result.take(), status.start_time.take(), status.completion_time.take());
+                *status = <$status>::default();
+                (status.result, status.start_time, status.completion_time) = kept;
+            }
+        }
+    };
+}
 
 pub const RECLAIM_ONLINE: &str = "reclaim_space.ONLINE";
 pub const RECLAIM_OFFLINE: &str = "reclaim_space.OFFLINE";
@@ -34,6 +49,8 @@ impl JobKind for ReclaimSpaceJob {
     fn default_timeout(settings: &crate::config::Settings) -> Duration {
         settings.reclaim_space_timeout
     }
+
+    keep_only_outcome!(ReclaimSpaceJobStatus);
 
     async fn attempt(ctx: &Context, volume: &Volume, timeout: Duration) -> Result<Done, AttemptError> {
         let node = volume.attached_to.as_deref().and_then(|n| ctx.pool.on_node(&volume.driver, n, RECLAIM_ONLINE).ok());
@@ -110,6 +127,8 @@ impl JobKind for EncryptionKeyRotationJob {
         Duration::from_secs(180)
     }
 
+    keep_only_outcome!(EncryptionKeyRotationJobStatus);
+
     async fn attempt(ctx: &Context, volume: &Volume, timeout: Duration) -> Result<Done, AttemptError> {
         let Some(node) = volume.attached_to.as_deref() else {
             return Err(AttemptError::Transient(format!(
@@ -138,5 +157,37 @@ impl JobKind for EncryptionKeyRotationJob {
                 status.message()
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use api::csiaddons::OperationResult;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    #[test]
+    fn a_finished_job_keeps_its_outcome_and_times_and_a_running_one_everything() {
+        let time = Time(k8s_openapi::jiff::Timestamp::from_second(1000).unwrap());
+        let status = ReclaimSpaceJobStatus {
+            result: Some(OperationResult::Succeeded),
+            message: Some("done".into()),
+            retries: Some(2),
+            start_time: Some(time.clone()),
+            completion_time: Some(time.clone()),
+            ..Default::default()
+        };
+        let mut job = ReclaimSpaceJob::new("j", Default::default());
+        job.status = Some(status.clone());
+        job.keep_only_outcome();
+        let kept = job.status.unwrap();
+        assert_eq!(kept.result, Some(OperationResult::Succeeded));
+        assert_eq!((kept.start_time, kept.completion_time), (Some(time.clone()), Some(time)));
+        assert_eq!((kept.message, kept.retries), (None, None));
+
+        let mut running = EncryptionKeyRotationJob::new("r", Default::default());
+        running.status = Some(EncryptionKeyRotationJobStatus { retries: Some(1), ..Default::default() });
+        running.keep_only_outcome();
+        assert_eq!(running.status.unwrap().retries, Some(1));
     }
 }

@@ -53,6 +53,9 @@ pub trait JobKind: super::NamespacedKind {
     fn timeout(&self) -> Option<i64>;
     /// The timeout when the spec gives none.
     fn default_timeout(settings: &crate::config::Settings) -> Duration;
+    /// Of a finished job, forgets all of the status but the result and its times (all that the
+    /// job and cron-job passes read of it).
+    fn keep_only_outcome(&mut self);
     /// One attempt of the operation.
     fn attempt(
         ctx: &Context,
@@ -81,7 +84,13 @@ fn status_of<K: Serialize>(job: &K) -> JobStatus {
 }
 
 pub async fn run<K: JobKind>(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
-    let (store, changes) = super::trimmed_watch(ctx.watched::<K>());
+    // Cached as a pass reads them: no labels, annotations or owners; of a finished job only the
+    // outcome (finished jobs are kept for as long as they exist).
+    let (store, changes) = super::trimmed_watch_with(ctx.watched::<K>(), |job: &mut K| {
+        let meta = job.meta_mut();
+        (meta.labels, meta.annotations, meta.owner_references) = (None, None, None);
+        job.keep_only_outcome();
+    });
     ctx.caches.follow(K::CONTROLLER, store.clone());
     prune_memory(&ctx, store.clone());
     super::run_controller(Controller::for_stream(changes, store), ctx, K::CONTROLLER, stop, reconcile::<K>).await;

@@ -111,10 +111,25 @@ pub fn trimmed_watch<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
+    trimmed_watch_with(api, |_| {})
+}
+
+/// A trimmed watch (see `trimmed_watch`) that also applies `trim` to each object before it is
+/// cached: what a controller never reads need not be kept.
+pub fn trimmed_watch_with<K>(
+    api: Api<K>,
+    mut trim: impl FnMut(&mut K) + Send + 'static,
+) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
     let (store, writer) = reflector::store();
     let stream = watcher(api, list_config())
         .default_backoff()
-        .modify(|object| object.meta_mut().managed_fields = None)
+        .modify(move |object| {
+            object.meta_mut().managed_fields = None;
+            trim(object);
+        })
         .reflect(writer)
         .applied_objects();
     (store, stream)
