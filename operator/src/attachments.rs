@@ -3,14 +3,16 @@
 //! read it instead of listing every VolumeAttachment in the cluster on each pass (a request, and a
 //! list held whole in memory, per job); upstream reads the same from a full informer cache.
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{Future, StreamExt};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
+
+use crate::context::Context;
 
 /// How long a job pass waits for the first full list before it is retried.
 #[cfg(not(test))]
@@ -77,22 +79,19 @@ impl Attachments {
         Ok(by_name.iter().filter(|(_, a)| a.pv == pv).min_by_key(|(name, _)| *name).map(|(_, a)| a.node.clone()))
     }
 
-    /// Keeps the index until `stop`, marking `caches` synced after each full list.
-    pub async fn follow(
-        &self,
-        client: kube::Client,
-        caches: crate::context::CacheSync,
-        mut stop: watch::Receiver<bool>,
-    ) {
+    /// Keeps `ctx`'s index until `stop`, marking it synced in readiness after each full list.
+    pub async fn follow(ctx: Arc<Context>, stop: impl Future<Output = ()>) {
+        let (this, caches) = (&ctx.attachments, &ctx.caches);
         caches.set(CACHE_NAME, false);
-        self.synced.send_replace(false);
-        let api = Api::<VolumeAttachment>::all(client);
+        this.synced.send_replace(false);
+        let api = Api::<VolumeAttachment>::all(ctx.client.clone());
         let mut events = std::pin::pin!(watcher(api, crate::controllers::list_config()).default_backoff());
+        let mut stop = std::pin::pin!(stop);
         let mut listing: Option<HashMap<String, Attached>> = None;
         loop {
             let event = tokio::select! {
                 event = events.next() => event,
-                _ = stop.wait_for(|s| *s) => break,
+                () = &mut stop => break,
             };
             match event {
                 None => break,
@@ -103,18 +102,18 @@ impl Attachments {
                     }
                 }
                 Some(Ok(watcher::Event::InitDone)) => {
-                    *self.write() = listing.take().unwrap_or_default();
-                    self.synced.send_replace(true);
+                    *this.write() = listing.take().unwrap_or_default();
+                    this.synced.send_replace(true);
                     caches.set(CACHE_NAME, true);
                 }
-                Some(Ok(watcher::Event::Apply(attachment))) => self.apply(&attachment),
+                Some(Ok(watcher::Event::Apply(attachment))) => this.apply(&attachment),
                 Some(Ok(watcher::Event::Delete(attachment))) => {
-                    self.write().remove(attachment.metadata.name.as_deref().unwrap_or_default());
+                    this.write().remove(attachment.metadata.name.as_deref().unwrap_or_default());
                 }
                 Some(Err(e)) => tracing::debug!(error = %e, "watching VolumeAttachments; retrying"),
             }
         }
-        self.synced.send_replace(false);
+        this.synced.send_replace(false);
     }
 }
 

@@ -154,10 +154,7 @@ pub async fn run_all(ctx: Arc<Context>, volume_health_cleanup: bool, stop: watch
         let _ = stop.wait_for(|s| *s).await;
     };
     let mut tasks = tokio::task::JoinSet::new();
-    let (index_ctx, index_stop) = (ctx.clone(), stop.clone());
-    tasks.spawn(async move {
-        index_ctx.attachments.follow(index_ctx.client.clone(), index_ctx.caches.clone(), index_stop).await;
-    });
+    tasks.spawn(crate::attachments::Attachments::follow(ctx.clone(), stopped(stop.clone())));
     tasks.spawn(node::run(ctx.clone(), stopped(stop.clone())));
     tasks.spawn(fence::run(ctx.clone(), stopped(stop.clone())));
     tasks.spawn(fence_class::run(ctx.clone(), stopped(stop.clone())));
