@@ -146,7 +146,8 @@ mod tests {
         index.apply(&attachment("a", Some("pv-1"), "n0", true));
         assert_eq!(index.node_of("pv-1").await, Ok(Some("n0".into())), "the first by name");
         let mut going = attachment("a", Some("pv-1"), "n0", true);
-        going.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        going.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         index.apply(&going);
         assert_eq!(index.node_of("pv-1").await, Ok(Some("n1".into())));
         assert_eq!(index.node_of("pv-2").await, Ok(None));

@@ -227,7 +227,8 @@ async fn bench_manager_idle_with_many_csiaddonsnodes() {
         return;
     }
     let [(s_ours, idle_ours, peak_ours, threads_ours, anon_ours), (s_up, idle_up, peak_up, threads_up, anon_up)] =
-        measured[..] else {
+        measured[..]
+    else {
         unreachable!("two builds measured")
     };
     let rows = [
