@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio::sync::Mutex;
 use tonic::Status;
 
-use crate::state::{State, Store, StoreError};
+use crate::state::{Loaded, State, Store, StoreError};
 use crate::volumes::Layout;
 
 /// Which CSI services this process runs.
@@ -75,7 +75,7 @@ pub struct Driver {
     pub config: Config,
     pub layout: Layout,
     store: Store,
-    state: Mutex<State>,
+    state: Mutex<Loaded>,
     /// Volumes with an operation in progress: a second one gets ABORTED, as the CSI spec asks.
     busy: std::sync::Mutex<HashSet<String>>,
 }
@@ -102,7 +102,8 @@ impl Driver {
     /// Opens the state directory and loads what an earlier run saved.
     pub fn open(config: Config) -> Result<Arc<Self>, StoreError> {
         let store = Store::open(&config.state_dir)?;
-        let state = store.load()?;
+        let mut state = Loaded::default();
+        store.refresh(&mut state)?;
         Ok(Arc::new(Driver {
             layout: Layout::new(&config.state_dir, config.directories),
             config,
@@ -114,7 +115,7 @@ impl Driver {
 
     /// A copy of the current state, for reads.
     pub async fn snapshot(&self) -> State {
-        self.state.lock().await.clone()
+        self.state.lock().await.state.clone()
     }
 
     /// Marks volume `id` busy for the life of the guard, or ABORTED if it already is.
@@ -130,16 +131,17 @@ impl Driver {
     /// volumes): INVALID_ARGUMENT when empty, NOT_FOUND when unknown or malformed.
     pub async fn volume(&self, id: &str) -> Result<crate::state::Volume, Status> {
         crate::volumes::validate_id("volume_id", id)?;
-        let state = self.reload().await.map_err(|e| Status::internal(e.to_string()))?;
-        state.volumes.get(id).cloned().ok_or_else(|| Status::not_found(format!("volume {id} not found")))
+        let mut loaded = self.state.lock().await;
+        self.store.refresh(&mut loaded).map_err(|e| Status::internal(e.to_string()))?;
+        loaded.state.volumes.get(id).cloned().ok_or_else(|| Status::not_found(format!("volume {id} not found")))
     }
 
     /// Re-reads the state from disk (another process, the controller, may have changed it) and
     /// returns it.
     pub async fn reload(&self) -> Result<State, StoreError> {
-        let mut state = self.state.lock().await;
-        *state = self.store.load()?;
-        Ok(state.clone())
+        let mut loaded = self.state.lock().await;
+        self.store.refresh(&mut loaded)?;
+        Ok(loaded.state.clone())
     }
 
     /// Applies `change` to a copy of the current state on disk and saves it; the change takes effect
@@ -147,16 +149,16 @@ impl Driver {
     /// half-done.
     pub async fn update<R>(&self, change: impl FnOnce(&mut State) -> Result<R, Status>) -> Result<R, Status> {
         let internal = |e: StoreError| Status::internal(format!("driver state: {e}"));
-        let mut state = self.state.lock().await;
+        let mut loaded = self.state.lock().await;
         // Read-modify-write under the cross-process lock, so a change another process made since
         // our last read is built upon, never overwritten. Held for milliseconds.
         let _lock = self.store.lock().map_err(internal)?;
-        *state = self.store.load().map_err(internal)?;
-        let mut next = state.clone();
+        self.store.refresh(&mut loaded).map_err(internal)?;
+        let mut next = loaded.state.clone();
         let result = change(&mut next)?;
-        if next != *state {
-            self.store.save(&next).map_err(|e| Status::internal(format!("saving driver state: {e}")))?;
-            *state = next;
+        if next != loaded.state {
+            let bytes = self.store.save(&next).map_err(|e| Status::internal(format!("saving driver state: {e}")))?;
+            *loaded = Loaded::saved(next, bytes);
         }
         Ok(result)
     }

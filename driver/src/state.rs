@@ -193,16 +193,33 @@ impl Store {
     /// The saved state, or an empty one when nothing was saved yet. A leftover temporary file from
     /// a crash mid-write is ignored: the rename never happened, so the previous state stands.
     pub fn load(&self) -> Result<State, StoreError> {
-        let path = self.dir.join(STATE_FILE);
-        match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt { path, source }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(State::default()),
-            Err(source) => Err(StoreError::Io { action: "reading", path, source }),
-        }
+        let mut loaded = Loaded::default();
+        self.refresh(&mut loaded)?;
+        Ok(loaded.state)
     }
 
-    /// Replaces the saved state with `state`, durably.
-    pub fn save(&self, state: &State) -> Result<(), StoreError> {
+    /// Brings `loaded` up to date with the saved state, parsing only when the file's bytes
+    /// differ from those it was parsed from (most calls change nothing; parsing the state of
+    /// thousands of volumes on every call made a busy driver CPU-bound).
+    pub fn refresh(&self, loaded: &mut Loaded) -> Result<(), StoreError> {
+        let path = self.dir.join(STATE_FILE);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                *loaded = Loaded::default();
+                return Ok(());
+            }
+            Err(source) => return Err(StoreError::Io { action: "reading", path, source }),
+        };
+        if loaded.bytes.as_ref() != Some(&bytes) {
+            loaded.state = serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt { path, source })?;
+            loaded.bytes = Some(bytes);
+        }
+        Ok(())
+    }
+
+    /// Replaces the saved state with `state`, durably; returns the bytes written.
+    pub fn save(&self, state: &State) -> Result<Vec<u8>, StoreError> {
         let path = self.dir.join(STATE_FILE);
         let tmp = self.dir.join(format!("{STATE_FILE}.tmp"));
         fn io<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -> StoreError + 'p {
@@ -216,7 +233,22 @@ impl Store {
         file.sync_all().map_err(io("syncing", &tmp))?;
         std::fs::rename(&tmp, &path).map_err(io("renaming", &tmp))?;
         std::fs::File::open(&self.dir).and_then(|d| d.sync_all()).map_err(io("syncing", &self.dir))?;
-        Ok(())
+        Ok(bytes)
+    }
+}
+
+/// The state as last read from disk, with the bytes it was parsed from.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub state: State,
+    /// None: nothing saved yet.
+    bytes: Option<Vec<u8>>,
+}
+
+impl Loaded {
+    /// `state`, just saved as `bytes`.
+    pub fn saved(state: State, bytes: Vec<u8>) -> Self {
+        Loaded { state, bytes: Some(bytes) }
     }
 }
 
@@ -250,6 +282,32 @@ mod tests {
         state.volumes.insert("v1".into(), volume("v1"));
         Store::open(dir.path()).unwrap().save(&state).unwrap();
         assert_eq!(Store::open(dir.path()).unwrap().load().unwrap(), state);
+    }
+
+    #[test]
+    fn a_refresh_follows_saves_of_other_stores_and_removal() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ours, theirs) = (Store::open(dir.path()).unwrap(), Store::open(dir.path()).unwrap());
+        let mut loaded = Loaded::default();
+        ours.refresh(&mut loaded).unwrap();
+        assert_eq!(loaded.state, State::default());
+        let mut state = State::default();
+        state.volumes.insert("v1".into(), volume("v1"));
+        let bytes = ours.save(&state).unwrap();
+        loaded = Loaded::saved(state.clone(), bytes);
+        // Another process (the node plugin, the controller) saves: the next refresh sees it.
+        state.volumes.insert("v2".into(), volume("v2"));
+        theirs.save(&state).unwrap();
+        ours.refresh(&mut loaded).unwrap();
+        assert_eq!(loaded.state, state);
+        // Unchanged bytes keep what was parsed; a state file gone reads as empty.
+        ours.refresh(&mut loaded).unwrap();
+        assert_eq!(loaded.state, state);
+        std::fs::remove_file(dir.path().join("state.json")).unwrap();
+        ours.refresh(&mut loaded).unwrap();
+        assert_eq!(loaded.state, State::default());
+        std::fs::write(dir.path().join("state.json"), b"").unwrap();
+        assert!(ours.refresh(&mut loaded).is_err(), "an empty state file is corrupt");
     }
 
     #[test]

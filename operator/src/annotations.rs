@@ -121,6 +121,17 @@ pub fn desired(feature: Feature, precedence: SchedulePrecedence, sources: &Sourc
     }
 }
 
+/// Whether any source names a schedule for the feature, whatever the precedence and whether the
+/// driver offers it: without one, `desired` is `Absent` in every case (so the PV's driver, which
+/// only decides between sources, need not be looked up).
+pub fn names_a_schedule(feature: Feature, sources: &Sources<'_>) -> bool {
+    let key = feature.schedule_key();
+    [Some(sources.pvc), sources.namespace, sources.storage_class]
+        .into_iter()
+        .flatten()
+        .any(|annotations| annotations.get(&key).is_some_and(|s| !s.trim().is_empty()))
+}
+
 /// The managed cron job's name: `<pvc>-reclaimspace` / `<pvc>-keyrotation` (upstream's
 /// storage-class mode names), shortened with a hash past 253 characters.
 pub fn child_name(pvc: &str, feature: Feature) -> String {
@@ -234,6 +245,29 @@ mod tests {
         };
         assert_eq!(schedule, "@weekly");
         assert!(warning.is_some_and(|w| w.contains("every tuesday")));
+    }
+
+    #[test]
+    fn without_a_named_schedule_nothing_is_desired_in_any_mode() {
+        let schedule = Feature::ReclaimSpace.schedule_key();
+        let (enable, blank, named) = (
+            map(&[(&Feature::ReclaimSpace.enable_key(), "true")]),
+            map(&[(&schedule, "  ")]),
+            map(&[(&schedule, "@daily")]),
+        );
+        for (pvc, namespace, class) in [(&enable, &blank, &enable), (&blank, &enable, &blank)] {
+            for driver_offers in [false, true] {
+                let sources = Sources { pvc, namespace: Some(namespace), storage_class: Some(class), driver_offers };
+                assert!(!names_a_schedule(Feature::ReclaimSpace, &sources));
+                for precedence in [SchedulePrecedence::Pvc, SchedulePrecedence::StorageClass] {
+                    assert_eq!(desired(Feature::ReclaimSpace, precedence, &sources), Desired::Absent);
+                }
+            }
+        }
+        // Any one source naming one is enough, even one that this mode or driver would not read.
+        let sources = Sources { pvc: &enable, namespace: Some(&named), storage_class: None, driver_offers: false };
+        assert!(names_a_schedule(Feature::ReclaimSpace, &sources));
+        assert!(!names_a_schedule(Feature::KeyRotation, &sources));
     }
 
     #[test]

@@ -53,6 +53,8 @@ async fn all_connected(
 #[derive(Default, Debug)]
 struct Throughput {
     seconds: f64,
+    /// Of `seconds`, until the last job was created (the bench's own writes bound the rate).
+    created: f64,
     succeeded: usize,
     manager_peak_mib: f64,
     manager_cpu: f64,
@@ -84,12 +86,14 @@ async fn throughput(build: Build, jobs: usize, dir: &std::path::Path) -> Through
         (rig::audit_mark(), rig::cpu_seconds(manager.pid()), rig::cpu_seconds(sidecar.pid()));
     let started = Instant::now();
     rig::create_jobs(&client, &namespace, "bench", 0..jobs).await;
+    let created = started.elapsed().as_secs_f64();
     let outcome = rig::wait_finished(&client, &namespace, Duration::from_secs(1800), || manager.assert_running()).await;
     let seconds = started.elapsed().as_secs_f64();
     assert!(outcome.unfinished.is_empty(), "{} jobs unfinished after 30 min", outcome.unfinished.len());
     let log_text = manager.log_text();
     let figures = Throughput {
         seconds,
+        created,
         succeeded: outcome.succeeded,
         manager_peak_mib: rig::mib(rig::status_kib(manager.pid(), "VmHWM")),
         manager_cpu: rig::cpu_seconds(manager.pid()) - manager_cpu,
@@ -128,6 +132,7 @@ async fn bench_jobs_throughput_through_each_sides_sidecar() {
     };
     let rows = [
         row("seconds until every job Succeeded", ours.seconds, theirs.seconds),
+        row("  of which creating the jobs (the bench's writes)", ours.created, theirs.created),
         row("jobs per second", jobs as f64 / ours.seconds, jobs as f64 / theirs.seconds),
         row("manager peak RSS (MiB)", ours.manager_peak_mib, theirs.manager_peak_mib),
         row("manager CPU (s)", ours.manager_cpu, theirs.manager_cpu),

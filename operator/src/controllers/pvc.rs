@@ -23,7 +23,9 @@ use kube::runtime::{Controller, PredicateConfig, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use crate::annotations::{Child, Desired, Feature, MANAGED, STATE, Sources, child_name, desired, plan_children};
+use crate::annotations::{
+    Child, Desired, Feature, MANAGED, STATE, Sources, child_name, desired, names_a_schedule, plan_children,
+};
 use crate::context::{Context, ReconcileError, locked};
 use crate::controllers::job_kinds::{KEY_ROTATION, RECLAIM_OFFLINE, RECLAIM_ONLINE};
 use crate::flags::SchedulePrecedence;
@@ -246,19 +248,32 @@ async fn reconcile(
     let pv = pvc.spec.as_ref().and_then(|s| s.volume_name.clone()).filter(|v| !v.is_empty());
     // Binding is an event like any other here: an unbound PVC waits for it.
     let Some(pv) = pv.filter(|_| bound) else { return Ok(Action::await_change()) };
-    let Some(driver) = driver_of(&ctx, &caches, &pv).await? else { return Ok(Action::await_change()) };
     let namespace = pvc.namespace().unwrap_or_default();
     let namespace_meta = caches.namespaces.get(&ObjectRef::new(&namespace));
+    let namespace_annotations = namespace_meta.as_ref().map(|n| n.annotations());
     let class = pvc
         .spec
         .as_ref()
         .and_then(|s| s.storage_class_name.as_deref())
         .and_then(|name| caches.classes.get(&ObjectRef::new(name)));
-    let precedence = ctx.settings().schedule_precedence;
     let empty = BTreeMap::new();
+    let sources = |driver_offers| Sources {
+        pvc: pvc.metadata.annotations.as_ref().unwrap_or(&empty),
+        namespace: namespace_annotations,
+        storage_class: class.as_ref().map(|c| c.annotations()),
+        driver_offers,
+    };
+    let children = FEATURES.map(|feature| children(&caches, &pvc, feature));
+    // Most PVCs: no schedule anywhere and no cron jobs, so nothing to do whatever the driver (no
+    // PV read, which would be a request per PVC at start and per bound PVC).
+    let scheduled = FEATURES.iter().any(|feature| names_a_schedule(*feature, &sources(true)));
+    if !scheduled && children.iter().all(Vec::is_empty) {
+        return Ok(Action::await_change());
+    }
+    let Some(driver) = driver_of(&ctx, &caches, &pv).await? else { return Ok(Action::await_change()) };
+    let precedence = ctx.settings().schedule_precedence;
     let mut requeue = None;
-    for feature in FEATURES {
-        let namespace_annotations = namespace_meta.as_ref().map(|n| n.annotations());
+    for (feature, children) in FEATURES.into_iter().zip(children) {
         let offers = driver_offers(&ctx, &driver, feature);
         if !offers
             && precedence == SchedulePrecedence::Pvc
@@ -269,14 +284,7 @@ async fn reconcile(
             requeue = Some(DRIVER_WAIT);
             continue;
         }
-        let sources = Sources {
-            pvc: pvc.metadata.annotations.as_ref().unwrap_or(&empty),
-            namespace: namespace_annotations,
-            storage_class: class.as_ref().map(|c| c.annotations()),
-            driver_offers: offers,
-        };
-        let want = desired(feature, precedence, &sources);
-        let children = children(&caches, &pvc, feature);
+        let want = desired(feature, precedence, &sources(offers));
         let plan = plan_children(&pvc.name_any(), feature, &want, &children);
         if plan.hands_off {
             continue;
