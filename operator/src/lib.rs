@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod annotations;
+pub mod api_client;
 pub mod attachments;
 pub mod config;
 pub mod config_watch;

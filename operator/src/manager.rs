@@ -29,10 +29,8 @@ const READY_CHECK: Duration = Duration::from_secs(2);
 /// Why the manager could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ManagerError {
-    #[error("no cluster access (in-cluster config or KUBECONFIG): {0}")]
-    Kube(#[source] kube::Error),
-    #[error("no cluster access (in-cluster config or KUBECONFIG): {0}")]
-    KubeConfig(String),
+    #[error("no cluster access: {0}")]
+    ApiClient(#[from] crate::api_client::ApiClientError),
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("reading ConfigMap {namespace}/{CONFIG_MAP}: {source}")]
@@ -57,16 +55,13 @@ pub enum ManagerError {
     Runtime(#[source] std::io::Error),
 }
 
-/// API requests in flight at once. kube's client speaks HTTP/1.1, one connection per request in
-/// flight: unbounded, a burst of reconciles opens hundreds of TLS connections and their buffers.
-/// Watches hold a slot only until their response starts.
+/// API requests in flight at once: a burst of reconciles queues here rather than at the API
+/// server's priority and fairness. Watches hold a slot only until their response starts.
 const API_IN_FLIGHT: usize = 16;
 
 /// The Kubernetes client (in-cluster config or KUBECONFIG), with requests in flight bounded.
 async fn api_client() -> Result<kube::Client, ManagerError> {
-    let config = kube::Config::infer().await.map_err(|e| ManagerError::KubeConfig(e.to_string()))?;
-    let builder = kube::client::ClientBuilder::try_from(config).map_err(ManagerError::Kube)?;
-    Ok(builder.with_layer(&tower::limit::ConcurrencyLimitLayer::new(API_IN_FLIGHT)).build())
+    Ok(crate::api_client::api_client(API_IN_FLIGHT).await?)
 }
 
 /// Go's `:8081` means every interface.

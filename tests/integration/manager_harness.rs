@@ -385,15 +385,20 @@ impl Stage {
 
     /// The message of a Warning event `reason` on `object`, if there is one.
     pub async fn warning(&self, object: &str, reason: &str) -> Option<String> {
+        // The manager records the event just after the status a caller has seen: give it a moment.
         let events = Api::<Event>::namespaced(self.client.clone(), &self.namespace);
-        let list = events.list(&ListParams::default()).await.unwrap();
-        list.items
-            .into_iter()
-            .find(|e| {
+        for _ in 0..50 {
+            let list = events.list(&ListParams::default()).await.unwrap();
+            let found = list.items.into_iter().find(|e| {
                 e.involved_object.name.as_deref() == Some(object)
                     && e.reason.as_deref() == Some(reason)
                     && e.type_.as_deref() == Some("Warning")
-            })
-            .and_then(|e| e.message)
+            });
+            if let Some(event) = found {
+                return event.message;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        None
     }
 }
