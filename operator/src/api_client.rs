@@ -44,7 +44,8 @@ pub async fn api_client(in_flight: usize) -> Result<kube::Client, ApiClientError
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_connect_timeout(config.connect_timeout);
-    let tls = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config.rustls_client_config()?).https_or_http();
+    let tls =
+        hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config.rustls_client_config()?).https_or_http();
     let tls = match &config.tls_server_name {
         Some(name) => {
             let server_name = rustls::pki_types::ServerName::try_from(name.clone())

@@ -9,7 +9,6 @@ use api::csiaddons::{
     ReclaimSpaceCronJob, ReclaimSpaceJob,
 };
 use futures::{Future, StreamExt};
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{DeleteParams, PostParams, PropagationPolicy};
 use kube::runtime::controller::Action;
@@ -121,7 +120,7 @@ cron_kind!(EncryptionKeyRotationCronJob, EncryptionKeyRotationJob, "encryptionke
 /// every change or deletion of a cron job a PVC owns.
 pub fn watch<C: CronKind>(
     ctx: &Context,
-    owners: mpsc::UnboundedSender<ObjectRef<PersistentVolumeClaim>>,
+    owners: mpsc::UnboundedSender<ObjectRef<crate::claim::Claim>>,
 ) -> (Store<C>, impl futures::Stream<Item = Result<C, watcher::Error>> + Send + 'static) {
     let (store, writer) = reflector::store();
     let changes = watcher(ctx.watched::<C>(), super::list_config())

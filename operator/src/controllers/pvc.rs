@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use api::csiaddons::{EncryptionKeyRotationCronJob, ReclaimSpaceCronJob};
 use futures::Future;
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
@@ -26,6 +26,7 @@ use serde_json::json;
 use crate::annotations::{
     Child, Desired, Feature, MANAGED, STATE, Sources, child_name, desired, names_a_schedule, plan_children,
 };
+use crate::claim::Claim;
 use crate::context::{Context, ReconcileError, locked};
 use crate::controllers::job_kinds::{KEY_ROTATION, RECLAIM_OFFLINE, RECLAIM_ONLINE};
 use crate::flags::SchedulePrecedence;
@@ -46,8 +47,9 @@ fn keep_relevant(annotations: &mut BTreeMap<String, String>, keys: &[String]) {
     annotations.retain(|k, _| keys.contains(k));
 }
 
-/// What the controller needs of a PVC, the rest dropped before caching (memory at scale).
-fn trim_pvc(pvc: &mut PersistentVolumeClaim, keys: &[String]) {
+/// What the controller needs of a PVC's metadata, the rest dropped before caching (memory at
+/// scale; the spec and status are decoded as little as `Claim` holds).
+fn trim_pvc(pvc: &mut Claim, keys: &[String]) {
     let meta = &mut pvc.metadata;
     meta.managed_fields = None;
     meta.labels = None;
@@ -55,29 +57,16 @@ fn trim_pvc(pvc: &mut PersistentVolumeClaim, keys: &[String]) {
     if let Some(annotations) = meta.annotations.as_mut() {
         keep_relevant(annotations, keys);
     }
-    if let Some(spec) = pvc.spec.as_mut() {
-        *spec = k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
-            storage_class_name: spec.storage_class_name.take(),
-            volume_name: spec.volume_name.take(),
-            ..Default::default()
-        };
-    }
-    if let Some(status) = pvc.status.as_mut() {
-        *status = k8s_openapi::api::core::v1::PersistentVolumeClaimStatus {
-            phase: status.phase.take(),
-            ..Default::default()
-        };
-    }
 }
 
 /// Changes worth a pass: relevant annotations, binding, class, deletion.
-fn pvc_fingerprint(pvc: &PersistentVolumeClaim) -> Option<u64> {
+fn pvc_fingerprint(pvc: &Claim) -> Option<u64> {
     let mut hasher = DefaultHasher::new();
     pvc.metadata.annotations.hash(&mut hasher);
     pvc.metadata.deletion_timestamp.is_some().hash(&mut hasher);
     pvc.metadata.uid.hash(&mut hasher);
-    pvc.spec.as_ref().map(|s| (&s.volume_name, &s.storage_class_name)).hash(&mut hasher);
-    pvc.status.as_ref().map(|s| &s.phase).hash(&mut hasher);
+    pvc.spec.hash(&mut hasher);
+    pvc.status.hash(&mut hasher);
     Some(hasher.finish())
 }
 
@@ -121,16 +110,16 @@ struct Caches {
 pub async fn run(
     ctx: Arc<Context>,
     crons: CronCaches,
-    owner_events: tokio::sync::mpsc::UnboundedReceiver<ObjectRef<PersistentVolumeClaim>>,
+    owner_events: tokio::sync::mpsc::UnboundedReceiver<ObjectRef<Claim>>,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.client.clone();
     let keys = relevant_keys();
     let config = super::list_config();
 
-    let (pvcs, pvc_writer) = reflector::store::<PersistentVolumeClaim>();
+    let (pvcs, pvc_writer) = reflector::store::<Claim>();
     let pvc_keys = keys.clone();
-    let pvc_stream = watcher(ctx.watched::<PersistentVolumeClaim>(), config.clone())
+    let pvc_stream = watcher(ctx.watched::<Claim>(), config.clone())
         .default_backoff()
         .modify(move |pvc| trim_pvc(pvc, &pvc_keys))
         .reflect(pvc_writer)
@@ -191,7 +180,7 @@ pub async fn run(
             of_class
                 .state()
                 .iter()
-                .filter(|p| p.spec.as_ref().and_then(|s| s.storage_class_name.as_deref()) == Some(name.as_str()))
+                .filter(|p| p.storage_class() == Some(name.as_str()))
                 .map(|p| ObjectRef::from_obj(p.as_ref()))
                 .collect::<Vec<_>>()
         })
@@ -233,29 +222,19 @@ fn namespace_expects(annotations: Option<&BTreeMap<String, String>>, feature: Fe
         .is_some_and(|list| list.split(',').any(|d| d.trim() == driver))
 }
 
-async fn reconcile(
-    pvc: Arc<PersistentVolumeClaim>,
-    ctx: Arc<Context>,
-    caches: Caches,
-) -> Result<Action, ReconcileError> {
+async fn reconcile(pvc: Arc<Claim>, ctx: Arc<Context>, caches: Caches) -> Result<Action, ReconcileError> {
     if pvc.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
     // kube holds passes until the PVC cache is ready; the other caches are waited for here, so an
     // empty cache is never read as "no schedule" (which would delete cron jobs).
     caches.ready().await?;
-    let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
-    let pv = pvc.spec.as_ref().and_then(|s| s.volume_name.clone()).filter(|v| !v.is_empty());
     // Binding is an event like any other here: an unbound PVC waits for it.
-    let Some(pv) = pv.filter(|_| bound) else { return Ok(Action::await_change()) };
+    let Some(pv) = pvc.bound_volume() else { return Ok(Action::await_change()) };
     let namespace = pvc.namespace().unwrap_or_default();
     let namespace_meta = caches.namespaces.get(&ObjectRef::new(&namespace));
     let namespace_annotations = namespace_meta.as_ref().map(|n| n.annotations());
-    let class = pvc
-        .spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.as_deref())
-        .and_then(|name| caches.classes.get(&ObjectRef::new(name)));
+    let class = pvc.storage_class().and_then(|name| caches.classes.get(&ObjectRef::new(name)));
     let empty = BTreeMap::new();
     let sources = |driver_offers| Sources {
         pvc: pvc.metadata.annotations.as_ref().unwrap_or(&empty),
@@ -270,7 +249,7 @@ async fn reconcile(
     if !scheduled && children.iter().all(Vec::is_empty) {
         return Ok(Action::await_change());
     }
-    let Some(driver) = driver_of(&ctx, &caches, &pv).await? else { return Ok(Action::await_change()) };
+    let Some(driver) = driver_of(&ctx, &caches, pv).await? else { return Ok(Action::await_change()) };
     let precedence = ctx.settings().schedule_precedence;
     let mut requeue = None;
     for (feature, children) in FEATURES.into_iter().zip(children) {
@@ -297,7 +276,7 @@ async fn reconcile(
 /// The feature's cron jobs owned by the PVC, with their schedules, from the cron controllers'
 /// caches. Ours have a deterministic name; upstream's default mode named its child in the PVC's
 /// `…/cronjob` annotation. Looked up by name: no scan of every cron job per pass.
-fn children(caches: &Caches, pvc: &PersistentVolumeClaim, feature: Feature) -> Vec<Child> {
+fn children(caches: &Caches, pvc: &Claim, feature: Feature) -> Vec<Child> {
     let uid = pvc.uid().unwrap_or_default();
     let namespace = pvc.namespace().unwrap_or_default();
     let mut candidates = vec![child_name(&pvc.name_any(), feature)];
@@ -327,7 +306,7 @@ fn children(caches: &Caches, pvc: &PersistentVolumeClaim, feature: Feature) -> V
 }
 
 /// A managed cron job for `pvc` with upstream's defaults (§7.7).
-fn cron_job(pvc: &PersistentVolumeClaim, feature: Feature, name: &str, schedule: &str) -> serde_json::Value {
+fn cron_job(pvc: &Claim, feature: Feature, name: &str, schedule: &str) -> serde_json::Value {
     let resource = resource(feature);
     json!({
         "apiVersion": resource.api_version,
@@ -337,8 +316,8 @@ fn cron_job(pvc: &PersistentVolumeClaim, feature: Feature, name: &str, schedule:
             "namespace": pvc.namespace(),
             "annotations": {STATE: MANAGED},
             "ownerReferences": [{
-                "apiVersion": PersistentVolumeClaim::api_version(&()),
-                "kind": PersistentVolumeClaim::kind(&()),
+                "apiVersion": Claim::api_version(&()),
+                "kind": Claim::kind(&()),
                 "name": pvc.name_any(),
                 "uid": pvc.uid(),
                 "controller": true,
@@ -361,7 +340,7 @@ fn cron_job(pvc: &PersistentVolumeClaim, feature: Feature, name: &str, schedule:
 
 async fn act(
     ctx: &Context,
-    pvc: &PersistentVolumeClaim,
+    pvc: &Claim,
     feature: Feature,
     want: &Desired,
     plan: crate::annotations::ChildPlan,
@@ -416,7 +395,7 @@ mod tests {
 
     #[test]
     fn cached_pvcs_keep_only_what_scheduling_reads() {
-        let mut pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+        let mut pvc: Claim = serde_json::from_value(json!({
             "metadata": {"name": "p", "labels": {"a": "b"}, "annotations": {
                 "reclaimspace.csiaddons.openshift.io/schedule": "@daily", "unrelated": "x"}},
             "spec": {"storageClassName": "fast", "volumeName": "pv-1", "accessModes": ["ReadWriteOnce"]},
@@ -428,8 +407,6 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&pvc).unwrap(),
             json!({
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
                 "metadata": {"name": "p", "annotations": {"reclaimspace.csiaddons.openshift.io/schedule": "@daily"}},
                 "spec": {"storageClassName": "fast", "volumeName": "pv-1"},
                 "status": {"phase": "Bound"},
@@ -440,7 +417,7 @@ mod tests {
 
     #[test]
     fn managed_children_get_upstreams_defaults_and_a_controller_owner() {
-        let pvc: PersistentVolumeClaim =
+        let pvc: Claim =
             serde_json::from_value(json!({"metadata": {"name": "data", "namespace": "apps", "uid": "u-1"}})).unwrap();
         let job = cron_job(&pvc, Feature::KeyRotation, "data-keyrotation", "@weekly");
         assert_eq!(job["kind"], "EncryptionKeyRotationCronJob");
