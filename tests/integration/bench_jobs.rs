@@ -132,7 +132,7 @@ async fn bench_jobs_throughput_through_each_sides_sidecar() {
     };
     let rows = [
         row("seconds until every job Succeeded", ours.seconds, theirs.seconds),
-        row("  of which creating the jobs (the bench's writes)", ours.created, theirs.created),
+        row("  of which creating the jobs", ours.created, theirs.created),
         row("jobs per second", jobs as f64 / ours.seconds, jobs as f64 / theirs.seconds),
         row("manager peak RSS (MiB)", ours.manager_peak_mib, theirs.manager_peak_mib),
         row("manager CPU (s)", ours.manager_cpu, theirs.manager_cpu),
