@@ -24,6 +24,7 @@ pub mod schedule;
 pub mod secure_metrics;
 pub mod sidecar_client;
 pub mod volume_health;
+pub mod wakeups;
 
 pub use flags::ManagerCli;
 

@@ -1,7 +1,9 @@
 //! One reconciler for both cron job kinds (ReclaimSpaceCronJob, EncryptionKeyRotationCronJob;
 //! upstream has two near-copies). fetch (cron job, its children from a watch cache) → validate
 //! (schedule) → decide (`cronjob::decide`, pure) → act (prune, create, replace) → status, events.
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use api::csiaddons::{
@@ -19,9 +21,11 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::jobs::JobKind;
-use crate::context::{Context, ReconcileError, now_seconds};
+use crate::annotations::{MANAGED, STATE};
+use crate::context::{Context, ReconcileError, locked, now_seconds};
 use crate::cronjob::{Child, CronAction, CronInput, CronStatus, Outcome, decide, stagger_offset};
 use crate::schedule::Schedule;
+use crate::wakeups::Wakeups;
 
 /// The nominal run time of a job made by a cron job (RFC 3339).
 pub const SCHEDULED_AT: &str = "csiaddons.openshift.io/scheduled-at";
@@ -115,19 +119,68 @@ macro_rules! cron_kind {
 cron_kind!(ReclaimSpaceCronJob, ReclaimSpaceJob, "reclaimspacecronjob");
 cron_kind!(EncryptionKeyRotationCronJob, EncryptionKeyRotationJob, "encryptionkeyrotationcronjob");
 
+/// Which cached cron jobs the annotation controller manages (`csiaddons.openshift.io/state:
+/// managed`), by UID. That annotation is all that is read of a cached cron job's annotations, and
+/// a map of one costs some 600 bytes (a B-tree leaf has room for eleven): the cache keeps none,
+/// and this set 16 bytes a managed cron job.
+#[derive(Clone, Default)]
+pub struct ManagedCrons(Arc<Mutex<HashSet<u128>>>);
+
+impl ManagedCrons {
+    /// A UUID as its 128 bits; any other text (never from an API server) hashed.
+    fn key(uid: &str) -> u128 {
+        let digits = uid.bytes().filter(|b| *b != b'-');
+        let value = digits.clone().try_fold(0u128, |value, b| {
+            let digit = char::from(b).to_digit(16)?;
+            value.checked_mul(16)?.checked_add(u128::from(digit))
+        });
+        value.filter(|_| digits.count() == 32).unwrap_or_else(|| {
+            let mut hasher = DefaultHasher::new();
+            uid.hash(&mut hasher);
+            u128::from(hasher.finish())
+        })
+    }
+
+    pub fn contains(&self, uid: &str) -> bool {
+        locked(&self.0).contains(&Self::key(uid))
+    }
+
+    fn record(&self, uid: &str, managed: bool) {
+        let mut set = locked(&self.0);
+        if managed {
+            set.insert(Self::key(uid))
+        } else {
+            set.remove(&Self::key(uid))
+        };
+    }
+}
+
 /// The watch of a cron kind, shared: the cron controller is driven by it, and the PVC controller
 /// reads the same cache (no second watch of every cron job) and hears, through `owners`, of
-/// every change or deletion of a cron job a PVC owns.
+/// every change or deletion of a cron job a PVC owns. Cached without annotations (`managed`
+/// says which are managed); a deleted cron job's wake-up goes.
 pub fn watch<C: CronKind>(
     ctx: &Context,
     owners: mpsc::UnboundedSender<ObjectRef<crate::claim::Claim>>,
+    managed: ManagedCrons,
+    wakeups: Wakeups,
 ) -> (Store<C>, impl futures::Stream<Item = Result<C, watcher::Error>> + Send + 'static) {
     let (store, writer) = reflector::store();
+    let recorded = managed.clone();
     let changes = watcher(ctx.watched::<C>(), super::list_config())
         .default_backoff()
-        .modify(|cron| cron.meta_mut().managed_fields = None)
+        .modify(move |cron| {
+            let meta = cron.meta_mut();
+            meta.managed_fields = None;
+            let state = meta.annotations.take().and_then(|mut annotations| annotations.remove(STATE));
+            recorded.record(meta.uid.as_deref().unwrap_or_default(), state.as_deref() == Some(MANAGED));
+        })
         .reflect(writer)
         .inspect(move |event| {
+            if let Ok(watcher::Event::Delete(cron)) = event {
+                wakeups.forget(&cron.namespace().unwrap_or_default(), &cron.name_any());
+                managed.record(&cron.uid().unwrap_or_default(), false);
+            }
             let (Ok(watcher::Event::Apply(cron)) | Ok(watcher::Event::Delete(cron))) = event else { return };
             let namespace = cron.namespace().unwrap_or_default();
             for owner in cron.owner_references().iter().filter(|o| o.controller == Some(true)) {
@@ -145,6 +198,7 @@ pub async fn run<C: CronKind>(
     ctx: Arc<Context>,
     store: Store<C>,
     changes: impl futures::Stream<Item = Result<C, watcher::Error>> + Send + 'static,
+    wakeups: Wakeups,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (children, writer) = reflector::store::<C::Job>();
@@ -158,9 +212,10 @@ pub async fn run<C: CronKind>(
         .reflect(writer)
         .touched_objects();
     ctx.caches.follow(C::CONTROLLER, store.clone());
-    let controller = Controller::for_stream(changes, store).owns_stream(child_events);
+    // Next runs come from `wakeups`, not from kube's scheduler (see `crate::wakeups`).
+    let controller = Controller::for_stream(changes, store).owns_stream(child_events).reconcile_on(wakeups.due::<C>());
     super::run_controller(controller, ctx, C::CONTROLLER, stop, move |cron, ctx| {
-        reconcile::<C>(cron, ctx, children.clone())
+        reconcile::<C>(cron, ctx, children.clone(), wakeups.clone())
     })
     .await;
 }
@@ -179,19 +234,22 @@ async fn reconcile<C: CronKind>(
     cron: Arc<C>,
     ctx: Arc<Context>,
     store: Store<C::Job>,
+    wakeups: Wakeups,
 ) -> Result<Action, ReconcileError> {
+    let namespace = cron.namespace().unwrap_or_default();
     if cron.meta().deletion_timestamp.is_some() {
+        wakeups.forget(&namespace, &cron.name_any());
         return Ok(Action::await_change());
     }
     // An empty children cache would read as "no running job" and start one under Forbid.
     store.wait_until_ready().await.map_err(|e| ReconcileError::Transient(format!("the job cache stopped: {e}")))?;
-    let namespace = cron.namespace().unwrap_or_default();
     let uid = cron.uid().unwrap_or_default();
     let schedule = match Schedule::parse(cron.schedule()) {
         Ok(schedule) => schedule,
         Err(e) => {
             // Admission lets any non-empty text through, as upstream's CRD does.
             ctx.event(cron.as_ref(), true, "InvalidSchedule", format!("{e}; no job will be started")).await;
+            wakeups.forget(&namespace, &cron.name_any());
             return Ok(Action::await_change());
         }
     };
@@ -267,10 +325,11 @@ async fn reconcile<C: CronKind>(
     if cron.reported() != decision.status {
         ctx.apply_status(cron.as_ref(), status).await?;
     }
-    Ok(match decision.requeue_after {
-        Some(after) => Action::requeue(Duration::from_secs(after.max(1).unsigned_abs())),
-        None => Action::await_change(),
-    })
+    match decision.requeue_after {
+        Some(after) => wakeups.after(&namespace, &cron.name_any(), Duration::from_secs(after.max(1).unsigned_abs())),
+        None => wakeups.forget(&namespace, &cron.name_any()),
+    }
+    Ok(Action::await_change())
 }
 
 async fn create_child<C: CronKind>(

@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use crate::context::{Context, ReconcileError, record_pass};
+use crate::wakeups::Wakeups;
 
 pub mod cronjobs;
 pub mod fence;
@@ -164,11 +165,15 @@ pub async fn run_all(ctx: Arc<Context>, volume_health_cleanup: bool, stop: watch
     tasks.spawn(jobs::run::<api::csiaddons::ReclaimSpaceJob>(ctx.clone(), stopped(stop.clone())));
     tasks.spawn(jobs::run::<api::csiaddons::EncryptionKeyRotationJob>(ctx.clone(), stopped(stop.clone())));
     let (owners, owner_events) = tokio::sync::mpsc::unbounded_channel();
-    let (reclaim, reclaim_changes) = cronjobs::watch::<ReclaimSpaceCronJob>(&ctx, owners.clone());
-    let (rotation, rotation_changes) = cronjobs::watch::<EncryptionKeyRotationCronJob>(&ctx, owners);
-    let crons = pvc::CronCaches { reclaim: reclaim.clone(), rotation: rotation.clone() };
-    tasks.spawn(cronjobs::run(ctx.clone(), reclaim, reclaim_changes, stopped(stop.clone())));
-    tasks.spawn(cronjobs::run(ctx.clone(), rotation, rotation_changes, stopped(stop.clone())));
+    let managed = cronjobs::ManagedCrons::default();
+    let (reclaim_wakeups, rotation_wakeups) = (Wakeups::default(), Wakeups::default());
+    let (reclaim, reclaim_changes) =
+        cronjobs::watch::<ReclaimSpaceCronJob>(&ctx, owners.clone(), managed.clone(), reclaim_wakeups.clone());
+    let (rotation, rotation_changes) =
+        cronjobs::watch::<EncryptionKeyRotationCronJob>(&ctx, owners, managed.clone(), rotation_wakeups.clone());
+    let crons = pvc::CronCaches { reclaim: reclaim.clone(), rotation: rotation.clone(), managed };
+    tasks.spawn(cronjobs::run(ctx.clone(), reclaim, reclaim_changes, reclaim_wakeups, stopped(stop.clone())));
+    tasks.spawn(cronjobs::run(ctx.clone(), rotation, rotation_changes, rotation_wakeups, stopped(stop.clone())));
     tasks.spawn(pvc::run(ctx.clone(), crons, owner_events, stopped(stop.clone())));
     tasks.spawn(volume_health::run(ctx.clone(), volume_health_cleanup, stop.clone()));
     while tasks.join_next().await.is_some() {}

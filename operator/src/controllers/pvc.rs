@@ -89,11 +89,13 @@ impl Caches {
     }
 }
 
-/// The cron controllers' caches (the PVC controller keeps no copy of its own).
+/// The cron controllers' caches (the PVC controller keeps no copy of its own), which hold no
+/// annotations: `managed` says which cron jobs are marked managed.
 #[derive(Clone)]
 pub struct CronCaches {
     pub reclaim: Store<ReclaimSpaceCronJob>,
     pub rotation: Store<EncryptionKeyRotationCronJob>,
+    pub managed: super::cronjobs::ManagedCrons,
 }
 
 /// The caches a pass reads.
@@ -287,7 +289,7 @@ fn children(caches: &Caches, pvc: &Claim, feature: Feature) -> Vec<Child> {
     }
     let child = |meta: &kube::api::ObjectMeta, name: String, schedule: &str| {
         let owned = meta.owner_references.iter().flatten().any(|o| o.uid == uid && o.controller == Some(true));
-        let managed = meta.annotations.as_ref().and_then(|a| a.get(STATE)).map(String::as_str) == Some(MANAGED);
+        let managed = caches.crons.managed.contains(meta.uid.as_deref().unwrap_or_default());
         owned.then(|| Child { name, managed, schedule: schedule.to_owned() })
     };
     candidates
