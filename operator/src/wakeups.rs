@@ -79,12 +79,9 @@ impl Wakeups {
         crate::context::locked(&self.queue).remove(&(namespace.into(), name.into()));
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         crate::context::locked(&self.queue).due.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The objects as they fall due, for `Controller::reconcile_on`; ends never.
@@ -147,6 +144,6 @@ mod tests {
             let next = tokio::time::timeout(Duration::from_secs(30), due.next()).await.unwrap();
             assert_eq!(next, Some(ObjectRef::new(name).within("ns")));
         }
-        assert!(wakeups.is_empty());
+        assert_eq!(wakeups.len(), 0);
     }
 }
