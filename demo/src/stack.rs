@@ -394,8 +394,7 @@ pub fn repository() -> PathBuf {
 }
 
 fn free_port() -> Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(Error::io("finding a free port"))?;
-    Ok(listener.local_addr().map_err(Error::io("finding a free port"))?.port())
+    testenv::free_port().map_err(Error::io("finding a free port"))
 }
 
 /// A gRPC channel over a Unix socket.

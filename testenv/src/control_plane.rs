@@ -1,4 +1,4 @@
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -65,7 +65,25 @@ pub fn shared() -> &'static ControlPlane {
 impl ControlPlane {
     /// Starts a new control plane (most tests want [`shared`] instead). Blocks; call it outside
     /// any async runtime.
+    ///
+    /// When etcd or kube-apiserver exits during start-up, starts again on new ports: a start can
+    /// lose a race for its ports with another process on the machine, and every test of a binary
+    /// fails without a control plane.
     pub fn start() -> Result<Self, Error> {
+        const ATTEMPTS: u32 = 3;
+        let mut attempt = 1;
+        loop {
+            match Self::start_once() {
+                Err(e @ Error::Exited { .. }) if attempt < ATTEMPTS => {
+                    eprintln!("testenv: control plane start {attempt} of {ATTEMPTS} failed, trying again: {e}");
+                    attempt += 1;
+                }
+                started => return started,
+            }
+        }
+    }
+
+    fn start_once() -> Result<Self, Error> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -330,10 +348,7 @@ impl ControlPlane {
                 })
             };
             if let Some(name) = exited {
-                return Err(Error::NotReady {
-                    what: "the control plane",
-                    detail: format!("{name} exited: {}", log_tail(&self.dir, name)),
-                });
+                return Err(Error::Exited { name, log: log_tail(&self.dir, name) });
             }
             if Instant::now() > deadline {
                 let detail = format!("{last_error}; kube-apiserver log: {}", log_tail(&self.dir, "kube-apiserver"));
@@ -452,8 +467,7 @@ fn find_assets() -> Result<PathBuf, Error> {
 }
 
 fn free_port() -> Result<u16, Error> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| Error::Io("finding a free port".into(), e))?;
-    listener.local_addr().map(|a| a.port()).map_err(|e| Error::Io("finding a free port".into(), e))
+    crate::free_port().map_err(|e| Error::Io("finding a free port".into(), e))
 }
 
 fn spawn_logged(command: Command, dir: &Path, name: &str) -> Result<Child, Error> {

@@ -8,10 +8,12 @@
 
 mod certs;
 mod control_plane;
+mod ports;
 /// Child processes that die with the test process (PDEATHSIG) and stop gracefully.
 pub mod process;
 
 pub use control_plane::{ControlPlane, shared};
+pub use ports::free_port;
 
 /// Why the control plane could not be started or used.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +24,8 @@ pub enum Error {
     Pki(String),
     #[error("finding the control-plane binaries: {0}")]
     Assets(String),
+    #[error("the control plane did not become ready: {name} exited: {log}")]
+    Exited { name: &'static str, log: String },
     #[error("{what} did not become ready: {detail}")]
     NotReady { what: &'static str, detail: String },
     #[error("Kubernetes API: {0}")]

@@ -131,9 +131,9 @@ pub async fn sidecar_pod(
     }
 }
 
-/// A free local TCP port (bound then released).
+/// A free loopback TCP port below the ephemeral range (see [`testenv::free_port`]).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    testenv::free_port().unwrap()
 }
 
 /// How the sidecar serves the controller.
