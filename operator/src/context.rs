@@ -160,7 +160,9 @@ impl Context {
             tracing::warn!(%kind, namespace, name = %object.name_any(), reason, message = %note, "warning event");
         }
         let note = Note { warning, reason, action: reason, text: truncate(note, 1000) };
-        if let Err(e) = self.recorder.publish(&object.object_ref(&()), note).await {
+        // Boxed: sending is some 3 KB of future state, which every reconcile future that may send
+        // an event would otherwise carry inline for its whole life (a hundred run at once).
+        if let Err(e) = Box::pin(self.recorder.publish(&object.object_ref(&()), note)).await {
             tracing::warn!(error = %e, object = %object.name_any(), reason, "recording an event failed");
         }
     }

@@ -230,6 +230,8 @@ fn child_of<C: CronKind>(job: &C::Job) -> Child {
     Child { name: job.name_any(), scheduled_at, outcome, start_time, completion_time }
 }
 
+/// Requests are rare here (a run is due, a status changed) and their futures are kilobytes each:
+/// they are boxed, so that the pass every cron job gets at start and after each change is small.
 async fn reconcile<C: CronKind>(
     cron: Arc<C>,
     ctx: Arc<Context>,
@@ -285,7 +287,7 @@ async fn reconcile<C: CronKind>(
     let jobs = Api::<C::Job>::namespaced(ctx.client.clone(), &namespace);
     let background = DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..Default::default() };
     for name in &decision.prune {
-        if let Err(e) = jobs.delete(name, &background).await {
+        if let Err(e) = Box::pin(jobs.delete(name, &background)).await {
             tracing::warn!(job = %format!("{namespace}/{name}"), error = %e, "pruning an old job failed");
         }
     }
@@ -296,16 +298,16 @@ async fn reconcile<C: CronKind>(
         CronAction::Wait => {}
         CronAction::Skip { reason } => ctx.event(cron.as_ref(), false, "RunSkipped", reason.clone()).await,
         CronAction::Create { name, scheduled_at } => {
-            create_child(&ctx, cron.as_ref(), &jobs, name, *scheduled_at).await?
+            Box::pin(create_child(&ctx, cron.as_ref(), &jobs, name, *scheduled_at)).await?
         }
         CronAction::Replace { delete, name, scheduled_at } => {
-            match jobs.delete(delete, &background).await {
+            match Box::pin(jobs.delete(delete, &background)).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => return Err(e.into()),
             }
             ctx.event(cron.as_ref(), false, "JobReplaced", format!("deleted the running job {delete}")).await;
-            create_child(&ctx, cron.as_ref(), &jobs, name, *scheduled_at).await?;
+            Box::pin(create_child(&ctx, cron.as_ref(), &jobs, name, *scheduled_at)).await?;
         }
     }
     let time = |t: Option<i64>| t.and_then(|t| k8s_openapi::jiff::Timestamp::from_second(t).ok()).map(Time);
@@ -323,7 +325,7 @@ async fn reconcile<C: CronKind>(
     }
     // Unchanged status is not written again (ten thousand idle cron jobs, ten thousand writes).
     if cron.reported() != decision.status {
-        ctx.apply_status(cron.as_ref(), status).await?;
+        Box::pin(ctx.apply_status(cron.as_ref(), status)).await?;
     }
     match decision.requeue_after {
         Some(after) => wakeups.after(&namespace, &cron.name_any(), Duration::from_secs(after.max(1).unsigned_abs())),

@@ -269,29 +269,37 @@ async fn finish<K: JobKind>(
 async fn volume<K: JobKind>(ctx: &Context, job: &K) -> Result<Volume, AttemptError> {
     let namespace = job.namespace().unwrap_or_default();
     let name = job.pvc();
-    let pvcs = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &namespace);
-    let pvc = read_cached(&pvcs, name)
-        .await
-        .map_err(|e| AttemptError::Transient(format!("reading PVC {namespace}/{name}: {e}")))?
-        .ok_or_else(|| AttemptError::Transient(format!("PVC {namespace}/{name} does not exist")))?;
-    let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
-    let pv_name = pvc.spec.as_ref().and_then(|s| s.volume_name.clone()).filter(|v| !v.is_empty());
-    let Some(pv_name) = pv_name.filter(|_| bound) else {
-        return Err(AttemptError::Transient(format!("PVC {namespace}/{name} is not bound yet")));
+    // Each object is read into a box and dropped before the next request: a PV is kilobytes
+    // inline, and a hundred passes wait here at once.
+    let pv_name = {
+        let pvcs = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &namespace);
+        let pvc = Box::pin(read_cached(&pvcs, name))
+            .await
+            .map_err(|e| AttemptError::Transient(format!("reading PVC {namespace}/{name}: {e}")))?
+            .ok_or_else(|| AttemptError::Transient(format!("PVC {namespace}/{name} does not exist")))?;
+        let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+        let pv_name = pvc.spec.and_then(|s| s.volume_name).filter(|v| !v.is_empty());
+        pv_name
+            .filter(|_| bound)
+            .ok_or_else(|| AttemptError::Transient(format!("PVC {namespace}/{name} is not bound yet")))?
     };
-    let pv = read_cached(&Api::<PersistentVolume>::all(ctx.client.clone()), &pv_name)
-        .await
-        .map_err(|e| AttemptError::Transient(format!("reading PV {pv_name}: {e}")))?
-        .ok_or_else(|| AttemptError::Transient(format!("PV {pv_name} does not exist")))?;
-    let Some(csi) = pv.spec.and_then(|s| s.csi) else {
-        return Err(AttemptError::Permanent(format!("PV {pv_name} of PVC {namespace}/{name} is not a CSI volume")));
+    let driver = {
+        let pvs = Api::<PersistentVolume>::all(ctx.client.clone());
+        let pv = Box::pin(read_cached(&pvs, &pv_name))
+            .await
+            .map_err(|e| AttemptError::Transient(format!("reading PV {pv_name}: {e}")))?
+            .ok_or_else(|| AttemptError::Transient(format!("PV {pv_name} does not exist")))?;
+        let Some(csi) = pv.spec.and_then(|s| s.csi) else {
+            return Err(AttemptError::Permanent(format!("PV {pv_name} of PVC {namespace}/{name} is not a CSI volume")));
+        };
+        csi.driver
     };
     let attached_to = ctx
         .attachments
         .node_of(&pv_name)
         .await
         .map_err(|e| AttemptError::Transient(format!("finding where PV {pv_name} is attached: {e}")))?;
-    Ok(Volume { pvc: name.to_owned(), attached_to, pv: pv_name, driver: csi.driver })
+    Ok(Volume { pvc: name.to_owned(), attached_to, pv: pv_name, driver })
 }
 
 #[cfg(test)]

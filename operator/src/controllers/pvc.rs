@@ -188,7 +188,8 @@ async fn driver_of(ctx: &Context, caches: &Caches, pv: &str) -> Result<Option<St
     if let Some(known) = locked(&caches.drivers).get(pv) {
         return Ok(known.clone());
     }
-    let Some(found) = Api::<PersistentVolume>::all(ctx.client.clone()).get_opt(pv).await? else {
+    // Boxed: a PV is kilobytes inline, and only a PVC not seen before waits here.
+    let Some(found) = Box::pin(Api::<PersistentVolume>::all(ctx.client.clone()).get_opt(pv)).await? else {
         return Ok(None);
     };
     let driver = found.spec.and_then(|s| s.csi).map(|c| c.driver);
@@ -333,6 +334,8 @@ fn cron_job(pvc: &Claim, feature: Feature, name: &str, schedule: &str) -> serde_
     })
 }
 
+/// Deleting and updating are rare and their futures hold a whole decoded object: they are boxed,
+/// so that the hundred passes creating cron jobs at once each carry only a create.
 async fn act(
     ctx: &Context,
     pvc: &Claim,
@@ -348,7 +351,7 @@ async fn act(
         ctx.event(pvc, true, "InvalidSchedule", warning.clone()).await;
     }
     for name in &plan.delete {
-        match api.delete(name, &DeleteParams::background()).await {
+        match Box::pin(api.delete(name, &DeleteParams::background())).await {
             Ok(_) => tracing::debug!(pvc = %pvc.name_any(), cron_job = %name, "managed cron job deleted"),
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => return Err(e.into()),
@@ -356,13 +359,19 @@ async fn act(
     }
     if let Some((name, schedule)) = &plan.update {
         let patch = json!({"spec": {"schedule": schedule}});
-        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        Box::pin(api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))).await?;
         tracing::debug!(pvc = %pvc.name_any(), cron_job = %name, %schedule, "managed cron job updated");
     }
     if let Some((name, schedule)) = &plan.create {
-        let object: DynamicObject = serde_json::from_value(cron_job(pvc, feature, name, schedule))
+        let body = serde_json::to_vec(&cron_job(pvc, feature, name, schedule))
             .map_err(|e| ReconcileError::Transient(format!("building {name}: {e}")))?;
-        match api.create(&PostParams::default(), &object).await {
+        // The created object is taken as text and never decoded: nothing here reads it, and a
+        // hundred passes at once each decoding one is a peak of their own at scale.
+        let mut request = kube::core::Request::new(DynamicObject::url_path(&resource, Some(&namespace)))
+            .create(&PostParams::default(), body)
+            .map_err(kube::Error::BuildRequest)?;
+        request.extensions_mut().insert("create");
+        match ctx.client.request_text(request).await {
             // No event per PVC: at ten thousand PVCs that is ten thousand Events; the cron job's
             // own existence is what the user sees.
             Ok(_) => tracing::debug!(pvc = %pvc.name_any(), cron_job = %name, %schedule, "managed cron job created"),
