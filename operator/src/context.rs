@@ -240,10 +240,11 @@ pub fn now_seconds() -> i64 {
 
 /// Runs one reconcile pass of controller `name`, recording controller-runtime's series. How many
 /// run at once is kube's own limit (`controllers::run_controller`).
-pub async fn record_pass<F>(metrics: &Metrics, name: &str, pass: F) -> Result<Action, ReconcileError>
+pub async fn record_pass<F>(ctx: Arc<Context>, name: &str, pass: F) -> Result<Action, ReconcileError>
 where
     F: Future<Output = Result<Action, ReconcileError>>,
 {
+    let metrics = &ctx.metrics;
     let active = metrics.active_workers.with_label_values(&[name]);
     active.inc();
     let started = Instant::now();

@@ -86,11 +86,9 @@ pub async fn run_controller<K, F, Fut>(
         .with_config(config)
         .graceful_shutdown_on(stop)
         .run(
-            move |object, ctx| {
-                let metrics = ctx.metrics.clone();
-                let pass = reconcile(object, ctx);
-                async move { record_pass(&metrics, name, pass).await }
-            },
+            // No async block around the pass: one would keep a second copy of its state (a
+            // moved-from capture keeps its room), and a hundred of them run at once.
+            move |object, ctx: Arc<Context>| record_pass(Arc::clone(&ctx), name, reconcile(object, ctx)),
             error_policy,
             ctx,
         )
