@@ -75,16 +75,12 @@ impl CacheSync {
         f(&mut self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
-    /// Marks `name` unsynced, then synced once `store` has its first full list.
-    pub fn follow<K>(&self, name: &'static str, store: kube::runtime::reflector::Store<K>)
-    where
-        K: kube::Resource + Clone + Send + Sync + 'static,
-        K::DynamicType: std::hash::Hash + Eq + Clone + Send + Sync,
-    {
+    /// Marks `name` unsynced, then synced once its cache has its first full list.
+    pub fn follow(&self, name: &'static str, ready: crate::cache_ready::Ready) {
         self.with(|m| m.insert(name, false));
         let caches = self.clone();
         tokio::spawn(async move {
-            if store.wait_until_ready().await.is_ok() {
+            if ready.wait().await.is_ok() {
                 caches.with(|m| m.insert(name, true));
             }
         });

@@ -5,6 +5,7 @@
 pub mod annotations;
 pub mod api_client;
 pub mod attachments;
+pub mod cache_ready;
 pub mod claim;
 pub mod config;
 pub mod config_watch;

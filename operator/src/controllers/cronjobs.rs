@@ -22,6 +22,7 @@ use tokio::sync::mpsc;
 
 use super::jobs::JobKind;
 use crate::annotations::{MANAGED, STATE};
+use crate::cache_ready::{self, Ready};
 use crate::context::{Context, ReconcileError, locked, now_seconds};
 use crate::cronjob::{Child, CronAction, CronInput, CronStatus, Outcome, decide, stagger_offset};
 use crate::schedule::Schedule;
@@ -164,18 +165,21 @@ pub fn watch<C: CronKind>(
     owners: mpsc::UnboundedSender<ObjectRef<crate::claim::Claim>>,
     managed: ManagedCrons,
     wakeups: Wakeups,
-) -> (Store<C>, impl futures::Stream<Item = Result<C, watcher::Error>> + Send + 'static) {
+) -> (Store<C>, Ready, impl futures::Stream<Item = Result<C, watcher::Error>> + Send + 'static) {
     let (store, writer) = reflector::store();
     let recorded = managed.clone();
-    let changes = watcher(ctx.watched::<C>(), super::list_config())
-        .default_backoff()
-        .modify(move |cron| {
-            let meta = cron.meta_mut();
-            meta.managed_fields = None;
-            let state = meta.annotations.take().and_then(|mut annotations| annotations.remove(STATE));
-            recorded.record(meta.uid.as_deref().unwrap_or_default(), state.as_deref() == Some(MANAGED));
-        })
-        .reflect(writer)
+    let (ready, events) = cache_ready::track(
+        watcher(ctx.watched::<C>(), super::list_config())
+            .default_backoff()
+            .modify(move |cron| {
+                let meta = cron.meta_mut();
+                meta.managed_fields = None;
+                let state = meta.annotations.take().and_then(|mut annotations| annotations.remove(STATE));
+                recorded.record(meta.uid.as_deref().unwrap_or_default(), state.as_deref() == Some(MANAGED));
+            })
+            .reflect(writer),
+    );
+    let changes = events
         .inspect(move |event| {
             if let Ok(watcher::Event::Delete(cron)) = event {
                 wakeups.forget(&cron.namespace().unwrap_or_default(), &cron.name_any());
@@ -191,31 +195,34 @@ pub fn watch<C: CronKind>(
             }
         })
         .applied_objects();
-    (store, changes)
+    (store, ready, changes)
 }
 
 pub async fn run<C: CronKind>(
     ctx: Arc<Context>,
     store: Store<C>,
+    ready: Ready,
     changes: impl futures::Stream<Item = Result<C, watcher::Error>> + Send + 'static,
     wakeups: Wakeups,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (children, writer) = reflector::store::<C::Job>();
-    let child_events = watcher(ctx.watched::<C::Job>(), super::list_config())
-        .default_backoff()
-        .modify(|job| {
-            // What `child_of` and the owner lookup read: annotations, owners, the outcome.
-            (job.meta_mut().managed_fields, job.meta_mut().labels) = (None, None);
-            job.keep_only_outcome();
-        })
-        .reflect(writer)
-        .touched_objects();
-    ctx.caches.follow(C::CONTROLLER, store.clone());
+    let (children_ready, child_events) = cache_ready::track(
+        watcher(ctx.watched::<C::Job>(), super::list_config())
+            .default_backoff()
+            .modify(|job| {
+                // What `child_of` and the owner lookup read: annotations, owners, the outcome.
+                (job.meta_mut().managed_fields, job.meta_mut().labels) = (None, None);
+                job.keep_only_outcome();
+            })
+            .reflect(writer),
+    );
+    let child_events = child_events.touched_objects();
+    ctx.caches.follow(C::CONTROLLER, ready);
     // Next runs come from `wakeups`, not from kube's scheduler (see `crate::wakeups`).
     let controller = Controller::for_stream(changes, store).owns_stream(child_events).reconcile_on(wakeups.due::<C>());
     super::run_controller(controller, ctx, C::CONTROLLER, stop, move |cron, ctx| {
-        reconcile::<C>(cron, ctx, children.clone(), wakeups.clone())
+        reconcile::<C>(cron, ctx, (children.clone(), children_ready.clone()), wakeups.clone())
     })
     .await;
 }
@@ -235,7 +242,7 @@ fn child_of<C: CronKind>(job: &C::Job) -> Child {
 async fn reconcile<C: CronKind>(
     cron: Arc<C>,
     ctx: Arc<Context>,
-    store: Store<C::Job>,
+    (store, store_ready): (Store<C::Job>, Ready),
     wakeups: Wakeups,
 ) -> Result<Action, ReconcileError> {
     let namespace = cron.namespace().unwrap_or_default();
@@ -244,7 +251,7 @@ async fn reconcile<C: CronKind>(
         return Ok(Action::await_change());
     }
     // An empty children cache would read as "no running job" and start one under Forbid.
-    store.wait_until_ready().await.map_err(|e| ReconcileError::Transient(format!("the job cache stopped: {e}")))?;
+    store_ready.wait().await.map_err(|e| ReconcileError::Transient(format!("the job cache: {e}")))?;
     let uid = cron.uid().unwrap_or_default();
     let schedule = match Schedule::parse(cron.schedule()) {
         Ok(schedule) => schedule,

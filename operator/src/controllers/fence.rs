@@ -33,8 +33,8 @@ const OUT_OF_SCOPE_RECHECK: Duration = Duration::from_secs(30);
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     // Our own status writes change neither the generation nor the annotations: no pass for them.
-    let (store, changes) = super::spec_watch(Api::<NetworkFence>::all(ctx.client.clone()), spec_or_annotations);
-    ctx.caches.follow(NAME, store.clone());
+    let (store, ready, changes) = super::spec_watch(Api::<NetworkFence>::all(ctx.client.clone()), spec_or_annotations);
+    ctx.caches.follow(NAME, ready);
     super::run_controller(Controller::for_stream(changes, store), ctx, NAME, stop, reconcile).await;
 }
 

@@ -24,8 +24,8 @@ const NAME: &str = "networkfenceclass";
 const CAPABILITIES_PENDING: Duration = Duration::from_secs(10);
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
-    let (store, changes) = super::trimmed_watch(Api::<NetworkFenceClass>::all(ctx.client.clone()));
-    ctx.caches.follow(NAME, store.clone());
+    let (store, ready, changes) = super::trimmed_watch(Api::<NetworkFenceClass>::all(ctx.client.clone()));
+    ctx.caches.follow(NAME, ready);
     // A CSIAddonsNode that can list fence clients but lacks a class of its driver (a new sidecar,
     // or an annotation edited by hand) brings that class back.
     let nodes = watcher(ctx.watched::<CSIAddonsNode>(), super::list_config()).default_backoff().applied_objects();

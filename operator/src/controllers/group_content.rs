@@ -25,8 +25,8 @@ const NAME: &str = "volumegroupreplicationcontent";
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let contents = Api::<VolumeGroupReplicationContent>::all(ctx.client.clone());
-    let (store, changes) = super::spec_watch(contents, super::generation_or_deletion);
-    ctx.caches.follow(NAME, store.clone());
+    let (store, ready, changes) = super::spec_watch(contents, super::generation_or_deletion);
+    ctx.caches.follow(NAME, ready);
     super::run_controller(Controller::for_stream(changes, store), ctx, NAME, stop, reconcile).await;
 }
 

@@ -34,8 +34,9 @@ const NAME: &str = "volumegroupreplication";
 const DELETION_RECHECK: Duration = Duration::from_secs(10);
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
-    let (store, changes) = super::spec_watch(ctx.watched::<VolumeGroupReplication>(), super::generation_or_deletion);
-    ctx.caches.follow(NAME, store.clone());
+    let (store, ready, changes) =
+        super::spec_watch(ctx.watched::<VolumeGroupReplication>(), super::generation_or_deletion);
+    ctx.caches.follow(NAME, ready);
     let groups = store.clone();
     // Every PVC change, labels included, and deletions: metadata only, nothing cached.
     let pvcs = watcher(ctx.watched::<PartialObjectMeta<PersistentVolumeClaim>>(), super::list_config())

@@ -86,12 +86,12 @@ fn status_of<K: Serialize>(job: &K) -> JobStatus {
 pub async fn run<K: JobKind>(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     // Cached as a pass reads them: no labels, annotations or owners; of a finished job only the
     // outcome (finished jobs are kept for as long as they exist).
-    let (store, changes) = super::trimmed_watch_with(ctx.watched::<K>(), |job: &mut K| {
+    let (store, ready, changes) = super::trimmed_watch_with(ctx.watched::<K>(), |job: &mut K| {
         let meta = job.meta_mut();
         (meta.labels, meta.annotations, meta.owner_references) = (None, None, None);
         job.keep_only_outcome();
     });
-    ctx.caches.follow(K::CONTROLLER, store.clone());
+    ctx.caches.follow(K::CONTROLLER, ready);
     prune_memory(&ctx, store.clone());
     super::run_controller(Controller::for_stream(changes, store), ctx, K::CONTROLLER, stop, reconcile::<K>).await;
 }

@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
+use crate::cache_ready::{self, Ready};
 use crate::context::{Context, ReconcileError, record_pass};
 use crate::wakeups::Wakeups;
 
@@ -106,7 +107,7 @@ pub fn list_config() -> watcher::Config {
 /// the store and the stream of changed objects a controller is driven by.
 pub fn trimmed_watch<K>(
     api: Api<K>,
-) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
+) -> (Store<K>, Ready, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
@@ -118,20 +119,21 @@ where
 pub fn trimmed_watch_with<K>(
     api: Api<K>,
     mut trim: impl FnMut(&mut K) + Send + 'static,
-) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
+) -> (Store<K>, Ready, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream = watcher(api, list_config())
-        .default_backoff()
-        .modify(move |object| {
-            object.meta_mut().managed_fields = None;
-            trim(object);
-        })
-        .reflect(writer)
-        .applied_objects();
-    (store, stream)
+    let (ready, events) = cache_ready::track(
+        watcher(api, list_config())
+            .default_backoff()
+            .modify(move |object| {
+                object.meta_mut().managed_fields = None;
+                trim(object);
+            })
+            .reflect(writer),
+    );
+    (store, ready, events.applied_objects())
 }
 
 /// A trimmed watch (see `trimmed_watch`) whose stream of changed objects keeps only those whose
@@ -139,12 +141,12 @@ where
 pub fn spec_watch<K>(
     api: Api<K>,
     predicate: fn(&K) -> Option<u64>,
-) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
+) -> (Store<K>, Ready, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
-    let (store, stream) = trimmed_watch(api);
-    (store, stream.predicate_filter(predicate, Default::default()))
+    let (store, ready, stream) = trimmed_watch(api);
+    (store, ready, stream.predicate_filter(predicate, Default::default()))
 }
 
 /// Runs every reconciler until `stop`.
@@ -165,13 +167,26 @@ pub async fn run_all(ctx: Arc<Context>, volume_health_cleanup: bool, stop: watch
     let (owners, owner_events) = tokio::sync::mpsc::unbounded_channel();
     let managed = cronjobs::ManagedCrons::default();
     let (reclaim_wakeups, rotation_wakeups) = (Wakeups::default(), Wakeups::default());
-    let (reclaim, reclaim_changes) =
+    let (reclaim, reclaim_ready, reclaim_changes) =
         cronjobs::watch::<ReclaimSpaceCronJob>(&ctx, owners.clone(), managed.clone(), reclaim_wakeups.clone());
-    let (rotation, rotation_changes) =
+    let (rotation, rotation_ready, rotation_changes) =
         cronjobs::watch::<EncryptionKeyRotationCronJob>(&ctx, owners, managed.clone(), rotation_wakeups.clone());
-    let crons = pvc::CronCaches { reclaim: reclaim.clone(), rotation: rotation.clone(), managed };
-    tasks.spawn(cronjobs::run(ctx.clone(), reclaim, reclaim_changes, reclaim_wakeups, stopped(stop.clone())));
-    tasks.spawn(cronjobs::run(ctx.clone(), rotation, rotation_changes, rotation_wakeups, stopped(stop.clone())));
+    let crons = pvc::CronCaches {
+        reclaim: reclaim.clone(),
+        rotation: rotation.clone(),
+        ready: [reclaim_ready.clone(), rotation_ready.clone()],
+        managed,
+    };
+    let (stopped_reclaim, stopped_rotation) = (stopped(stop.clone()), stopped(stop.clone()));
+    tasks.spawn(cronjobs::run(ctx.clone(), reclaim, reclaim_ready, reclaim_changes, reclaim_wakeups, stopped_reclaim));
+    tasks.spawn(cronjobs::run(
+        ctx.clone(),
+        rotation,
+        rotation_ready,
+        rotation_changes,
+        rotation_wakeups,
+        stopped_rotation,
+    ));
     tasks.spawn(pvc::run(ctx.clone(), crons, owner_events, stopped(stop.clone())));
     tasks.spawn(volume_health::run(ctx.clone(), volume_health_cleanup, stop.clone()));
     while tasks.join_next().await.is_some() {}

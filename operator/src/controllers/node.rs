@@ -75,8 +75,8 @@ pub fn validate(node: &CSIAddonsNode) -> Result<Target, String> {
 }
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
-    let (store, changes) = super::trimmed_watch(ctx.watched::<CSIAddonsNode>());
-    ctx.caches.follow(NAME, store.clone());
+    let (store, ready, changes) = super::trimmed_watch(ctx.watched::<CSIAddonsNode>());
+    ctx.caches.follow(NAME, ready);
     super::run_controller(Controller::for_stream(changes, store), ctx, NAME, stop, reconcile).await;
 }
 

@@ -25,6 +25,7 @@ use serde_json::json;
 use crate::annotations::{
     Child, Desired, Feature, MANAGED, STATE, Sources, child_name, desired, names_a_schedule, plan_children,
 };
+use crate::cache_ready::{self, Ready};
 use crate::claim::Claim;
 use crate::context::{Context, ReconcileError, locked};
 use crate::controllers::job_kinds::{KEY_ROTATION, RECLAIM_OFFLINE, RECLAIM_ONLINE};
@@ -71,12 +72,9 @@ fn resource(feature: Feature) -> ApiResource {
 
 impl Caches {
     async fn ready(&self) -> Result<(), ReconcileError> {
-        let not_ready =
-            |e: reflector::store::WriterDropped| ReconcileError::Transient(format!("a watch cache stopped: {e}"));
-        self.namespaces.wait_until_ready().await.map_err(not_ready)?;
-        self.classes.wait_until_ready().await.map_err(not_ready)?;
-        self.crons.reclaim.wait_until_ready().await.map_err(not_ready)?;
-        self.crons.rotation.wait_until_ready().await.map_err(not_ready)?;
+        for ready in self.ready.iter().chain(&self.crons.ready) {
+            ready.wait().await.map_err(|e| ReconcileError::Transient(format!("a watch cache: {e}")))?;
+        }
         Ok(())
     }
 }
@@ -87,6 +85,8 @@ impl Caches {
 pub struct CronCaches {
     pub reclaim: Store<ReclaimSpaceCronJob>,
     pub rotation: Store<EncryptionKeyRotationCronJob>,
+    /// When each of the two has its first full list.
+    pub ready: [Ready; 2],
     pub managed: super::cronjobs::ManagedCrons,
 }
 
@@ -95,6 +95,8 @@ pub struct CronCaches {
 struct Caches {
     namespaces: Store<PartialObjectMeta<Namespace>>,
     classes: Store<StorageClass>,
+    /// When the Namespace and StorageClass caches have their first full lists.
+    ready: [Ready; 2],
     crons: CronCaches,
     /// PV name → CSI driver (None: not CSI). A PV's source never changes.
     drivers: Arc<Mutex<HashMap<String, Option<String>>>>,
@@ -113,40 +115,54 @@ pub async fn run(
 
     let (pvcs, pvc_writer) = reflector::store::<Claim>();
     let pvc_keys = keys.clone();
-    let pvc_stream = watcher(ctx.watched::<Claim>(), config.clone())
-        .default_backoff()
-        .modify(move |pvc| trim_pvc(pvc, &pvc_keys))
-        .reflect(pvc_writer)
-        // No predicate filter: it would keep a key of three strings and a hash for every PVC
-        // (some 230 bytes); a pass for a change that matters nothing here reads only caches.
-        .applied_objects();
+    let (pvcs_ready, pvc_events) = cache_ready::track(
+        watcher(ctx.watched::<Claim>(), config.clone())
+            .default_backoff()
+            .modify(move |pvc| trim_pvc(pvc, &pvc_keys))
+            .reflect(pvc_writer),
+    );
+    // No predicate filter: it would keep a key of three strings and a hash for every PVC (some
+    // 230 bytes); a pass for a change that matters nothing here reads only caches.
+    let pvc_stream = pvc_events.applied_objects();
 
     let (namespaces, ns_writer) = reflector::store::<PartialObjectMeta<Namespace>>();
     let ns_keys = keys.clone();
-    let ns_stream = watcher(Api::<PartialObjectMeta<Namespace>>::all(client.clone()), config.clone())
-        .default_backoff()
-        .modify(move |ns| {
-            ns.metadata.managed_fields = None;
-            ns.metadata.labels = None;
-            if let Some(annotations) = ns.metadata.annotations.as_mut() {
-                keep_relevant(annotations, &ns_keys);
-            }
-        })
-        .reflect(ns_writer)
+    let (ns_ready, ns_events) = cache_ready::track(
+        watcher(Api::<PartialObjectMeta<Namespace>>::all(client.clone()), config.clone())
+            .default_backoff()
+            .modify(move |ns| {
+                ns.metadata.managed_fields = None;
+                ns.metadata.labels = None;
+                if let Some(annotations) = ns.metadata.annotations.as_mut() {
+                    keep_relevant(annotations, &ns_keys);
+                }
+            })
+            .reflect(ns_writer),
+    );
+    let ns_stream = ns_events
         .applied_objects()
         .predicate_filter(kube::runtime::predicates::annotations, PredicateConfig::default());
 
     let (classes, sc_writer) = reflector::store::<StorageClass>();
-    let sc_stream = watcher(Api::<StorageClass>::all(client.clone()), config.clone())
-        .default_backoff()
-        .modify(|sc| sc.metadata.managed_fields = None)
-        .reflect(sc_writer)
+    let (sc_ready, sc_events) = cache_ready::track(
+        watcher(Api::<StorageClass>::all(client.clone()), config.clone())
+            .default_backoff()
+            .modify(|sc| sc.metadata.managed_fields = None)
+            .reflect(sc_writer),
+    );
+    let sc_stream = sc_events
         .applied_objects()
         .predicate_filter(kube::runtime::predicates::annotations, PredicateConfig::default());
 
     let owner_events =
         futures::stream::unfold(owner_events, |mut events| async move { events.recv().await.map(|pvc| (pvc, events)) });
-    let caches = Caches { namespaces, classes, crons, drivers: Arc::new(Mutex::new(HashMap::new())) };
+    let caches = Caches {
+        namespaces,
+        classes,
+        ready: [ns_ready, sc_ready],
+        crons,
+        drivers: Arc::new(Mutex::new(HashMap::new())),
+    };
     // A live change of schedule-precedence re-evaluates every PVC.
     let precedence_changes = futures::stream::unfold(ctx.settings.clone(), |mut settings| async move {
         let current = settings.borrow_and_update().schedule_precedence;
@@ -158,7 +174,7 @@ pub async fn run(
         }
     });
     let (in_namespace, of_class) = (pvcs.clone(), pvcs.clone());
-    ctx.caches.follow(NAME, pvcs.clone());
+    ctx.caches.follow(NAME, pvcs_ready);
     let controller = Controller::for_stream(pvc_stream, pvcs)
         .reconcile_on(owner_events)
         .watches_stream(ns_stream, move |ns: PartialObjectMeta<Namespace>| {

@@ -32,8 +32,8 @@ const RESYNC_RECHECK: Duration = Duration::from_secs(30);
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     // Passes come from spec changes and deletion, and from the requeues that poll a primary's
     // info or a resync.
-    let (store, changes) = super::spec_watch(ctx.watched::<VolumeReplication>(), super::generation_or_deletion);
-    ctx.caches.follow(NAME, store.clone());
+    let (store, ready, changes) = super::spec_watch(ctx.watched::<VolumeReplication>(), super::generation_or_deletion);
+    ctx.caches.follow(NAME, ready);
     super::run_controller(Controller::for_stream(changes, store), ctx, NAME, stop, reconcile).await;
 }
 
