@@ -1,5 +1,6 @@
 //! The manager's metrics, in one explicit registry: controller-runtime's series under their names
 //! (so dashboards made for upstream keep working) and ours for operations and sidecars.
+use futures::FutureExt;
 use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
 
 /// Every series the manager serves.
@@ -120,16 +121,20 @@ impl Metrics {
     }
 
     /// Awaits one sidecar call and records it under `method` with its gRPC code and latency.
-    pub async fn timed_rpc<T>(
+    ///
+    /// A combinator rather than an async fn, which would hold the call twice (its argument and
+    /// the future it awaits): a hundred calls wait at once.
+    pub fn timed_rpc<T>(
         &self,
         method: &str,
         call: impl Future<Output = Result<T, tonic::Status>>,
-    ) -> Result<T, tonic::Status> {
+    ) -> impl Future<Output = Result<T, tonic::Status>> {
         let started = std::time::Instant::now();
-        let answer = call.await;
-        let code = answer.as_ref().map_or_else(tonic::Status::code, |_| tonic::Code::Ok);
-        self.observe_rpc(method, code, started.elapsed().as_secs_f64());
-        answer
+        call.map(move |answer| {
+            let code = answer.as_ref().map_or_else(tonic::Status::code, |_| tonic::Code::Ok);
+            self.observe_rpc(method, code, started.elapsed().as_secs_f64());
+            answer
+        })
     }
 }
 
