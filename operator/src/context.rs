@@ -6,9 +6,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use futures::FutureExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
-use futures::FutureExt;
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
