@@ -6,8 +6,8 @@
 //! being annotated is picked up when it binds (defect 29), the Namespace `…/drivers` annotation is
 //! compared with the driver's name (defect 4), and a live `schedule-precedence` change
 //! re-evaluates every PVC.
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use api::csiaddons::{EncryptionKeyRotationCronJob, ReclaimSpaceCronJob};
@@ -27,7 +27,8 @@ use crate::annotations::{
 };
 use crate::cache_ready::{self, Ready};
 use crate::claim::Claim;
-use crate::context::{Context, ReconcileError, locked};
+use crate::pv_drivers::PvDrivers;
+use crate::context::{Context, ReconcileError};
 use crate::controllers::job_kinds::{KEY_ROTATION, RECLAIM_OFFLINE, RECLAIM_ONLINE};
 use crate::flags::SchedulePrecedence;
 
@@ -35,8 +36,6 @@ const NAME: &str = "persistentvolumeclaim";
 const FEATURES: [Feature; 2] = [Feature::ReclaimSpace, Feature::KeyRotation];
 /// A Namespace schedule for a driver whose sidecars have not registered yet is looked at again.
 const DRIVER_WAIT: Duration = Duration::from_secs(30);
-/// PV → driver entries kept at most.
-const DRIVER_CACHE_LIMIT: usize = 100_000;
 
 /// The annotation keys this controller reads.
 fn relevant_keys() -> Vec<String> {
@@ -98,8 +97,8 @@ struct Caches {
     /// When the Namespace and StorageClass caches have their first full lists.
     ready: [Ready; 2],
     crons: CronCaches,
-    /// PV name → CSI driver (None: not CSI). A PV's source never changes.
-    drivers: Arc<Mutex<HashMap<String, Option<String>>>>,
+    /// PV name → CSI driver.
+    drivers: PvDrivers,
 }
 
 /// `owner_events`: PVCs whose cron jobs changed or went (from the cron controllers' watches).
@@ -161,7 +160,7 @@ pub async fn run(
         classes,
         ready: [ns_ready, sc_ready],
         crons,
-        drivers: Arc::new(Mutex::new(HashMap::new())),
+        drivers: PvDrivers::default(),
     };
     // A live change of schedule-precedence re-evaluates every PVC.
     let precedence_changes = futures::stream::unfold(ctx.settings.clone(), |mut settings| async move {
@@ -200,22 +199,16 @@ pub async fn run(
 }
 
 /// The PV's CSI driver, from the cache or the API server.
-async fn driver_of(ctx: &Context, caches: &Caches, pv: &str) -> Result<Option<String>, kube::Error> {
-    if let Some(known) = locked(&caches.drivers).get(pv) {
-        return Ok(known.clone());
+async fn driver_of(ctx: &Context, caches: &Caches, pv: &str) -> Result<Option<Arc<str>>, kube::Error> {
+    if let Some(known) = caches.drivers.get(pv) {
+        return Ok(known);
     }
     // Boxed: a PV is kilobytes inline, and only a PVC not seen before waits here.
     let Some(found) = Box::pin(Api::<PersistentVolume>::all(ctx.client.clone()).get_opt(pv)).await? else {
         return Ok(None);
     };
     let driver = found.spec.and_then(|s| s.csi).map(|c| c.driver);
-    let mut drivers = locked(&caches.drivers);
-    // Bounded: PVs come and go; a cleared cache only costs a GET per PV again.
-    if drivers.len() >= DRIVER_CACHE_LIMIT {
-        drivers.clear();
-    }
-    drivers.insert(pv.to_owned(), driver.clone());
-    Ok(driver)
+    Ok(caches.drivers.insert(pv, driver.as_deref()))
 }
 
 /// Whether a sidecar of `driver` offers the feature (a Namespace schedule counts only then).
