@@ -27,10 +27,10 @@ use crate::annotations::{
 };
 use crate::cache_ready::{self, Ready};
 use crate::claim::Claim;
-use crate::pv_drivers::PvDrivers;
 use crate::context::{Context, ReconcileError};
 use crate::controllers::job_kinds::{KEY_ROTATION, RECLAIM_OFFLINE, RECLAIM_ONLINE};
 use crate::flags::SchedulePrecedence;
+use crate::pv_drivers::PvDrivers;
 
 const NAME: &str = "persistentvolumeclaim";
 const FEATURES: [Feature; 2] = [Feature::ReclaimSpace, Feature::KeyRotation];
@@ -155,13 +155,7 @@ pub async fn run(
 
     let owner_events =
         futures::stream::unfold(owner_events, |mut events| async move { events.recv().await.map(|pvc| (pvc, events)) });
-    let caches = Caches {
-        namespaces,
-        classes,
-        ready: [ns_ready, sc_ready],
-        crons,
-        drivers: PvDrivers::default(),
-    };
+    let caches = Caches { namespaces, classes, ready: [ns_ready, sc_ready], crons, drivers: PvDrivers::default() };
     // A live change of schedule-precedence re-evaluates every PVC.
     let precedence_changes = futures::stream::unfold(ctx.settings.clone(), |mut settings| async move {
         let current = settings.borrow_and_update().schedule_precedence;
