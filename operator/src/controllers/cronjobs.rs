@@ -14,7 +14,7 @@ use futures::{Future, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{DeleteParams, PostParams, PropagationPolicy};
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 
 use super::jobs::JobKind;
 use crate::annotations::{MANAGED, STATE};
-use crate::cache_ready::{self, Ready};
+use crate::cache_ready::Ready;
 use crate::context::{Context, ReconcileError, locked, now_seconds};
 use crate::cronjob::{Child, CronAction, CronInput, CronStatus, Outcome, decide, stagger_offset};
 use crate::schedule::Schedule;
@@ -166,19 +166,12 @@ pub fn watch<C: CronKind>(
     managed: ManagedCrons,
     wakeups: Wakeups,
 ) -> (Store<C>, Ready, impl futures::Stream<Item = Result<C, watcher::Error>> + Send + 'static) {
-    let (store, writer) = reflector::store();
     let recorded = managed.clone();
-    let (ready, events) = cache_ready::track(
-        watcher(ctx.watched::<C>(), super::list_config())
-            .default_backoff()
-            .modify(move |cron| {
-                let meta = cron.meta_mut();
-                meta.managed_fields = None;
-                let state = meta.annotations.take().and_then(|mut annotations| annotations.remove(STATE));
-                recorded.record(meta.uid.as_deref().unwrap_or_default(), state.as_deref() == Some(MANAGED));
-            })
-            .reflect(writer),
-    );
+    let (store, ready, events) = super::cached_watch(ctx.watched::<C>(), move |cron: &mut C| {
+        let meta = cron.meta_mut();
+        let state = meta.annotations.take().and_then(|mut annotations| annotations.remove(STATE));
+        recorded.record(meta.uid.as_deref().unwrap_or_default(), state.as_deref() == Some(MANAGED));
+    });
     let changes = events
         .inspect(move |event| {
             if let Ok(watcher::Event::Delete(cron)) = event {
@@ -206,17 +199,11 @@ pub async fn run<C: CronKind>(
     wakeups: Wakeups,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let (children, writer) = reflector::store::<C::Job>();
-    let (children_ready, child_events) = cache_ready::track(
-        watcher(ctx.watched::<C::Job>(), super::list_config())
-            .default_backoff()
-            .modify(|job| {
-                // What `child_of` and the owner lookup read: annotations, owners, the outcome.
-                (job.meta_mut().managed_fields, job.meta_mut().labels) = (None, None);
-                job.keep_only_outcome();
-            })
-            .reflect(writer),
-    );
+    let (children, children_ready, child_events) = super::cached_watch(ctx.watched::<C::Job>(), |job: &mut C::Job| {
+        // What `child_of` and the owner lookup read: annotations, owners, the outcome.
+        job.meta_mut().labels = None;
+        job.keep_only_outcome();
+    });
     let child_events = child_events.touched_objects();
     ctx.caches.follow(C::CONTROLLER, ready);
     // Next runs come from `wakeups`, not from kube's scheduler (see `crate::wakeups`).

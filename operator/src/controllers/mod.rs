@@ -118,8 +118,22 @@ where
 /// cached: what a controller never reads need not be kept.
 pub fn trimmed_watch_with<K>(
     api: Api<K>,
-    mut trim: impl FnMut(&mut K) + Send + 'static,
+    trim: impl FnMut(&mut K) + Send + 'static,
 ) -> (Store<K>, Ready, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (store, ready, events) = cached_watch(api, trim);
+    (store, ready, events.applied_objects())
+}
+
+/// Every watch cache of the manager: `api` listed and watched (`list_config`), each object
+/// without managedFields and trimmed by `trim` before the store keeps it; the store, when it has
+/// its first full list, and the stream of watch events (already applied to the store).
+pub fn cached_watch<K>(
+    api: Api<K>,
+    mut trim: impl FnMut(&mut K) + Send + 'static,
+) -> (Store<K>, Ready, impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
@@ -133,7 +147,7 @@ where
             })
             .reflect(writer),
     );
-    (store, ready, events.applied_objects())
+    (store, ready, events)
 }
 
 /// A trimmed watch (see `trimmed_watch`) whose stream of changed objects keeps only those whose

@@ -17,15 +17,15 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{Controller, PredicateConfig, WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, PredicateConfig, WatchStreamExt};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::annotations::{
     Child, Desired, Feature, MANAGED, STATE, Sources, child_name, desired, names_a_schedule, plan_children,
 };
-use crate::cache_ready::{self, Ready};
+use crate::cache_ready::Ready;
 use crate::claim::Claim;
 use crate::context::{Context, ReconcileError};
 use crate::controllers::job_kinds::{KEY_ROTATION, RECLAIM_OFFLINE, RECLAIM_ONLINE};
@@ -110,45 +110,27 @@ pub async fn run(
 ) {
     let client = ctx.client.clone();
     let keys = relevant_keys();
-    let config = super::list_config();
 
-    let (pvcs, pvc_writer) = reflector::store::<Claim>();
     let pvc_keys = keys.clone();
-    let (pvcs_ready, pvc_events) = cache_ready::track(
-        watcher(ctx.watched::<Claim>(), config.clone())
-            .default_backoff()
-            .modify(move |pvc| trim_pvc(pvc, &pvc_keys))
-            .reflect(pvc_writer),
-    );
+    let (pvcs, pvcs_ready, pvc_events) =
+        super::cached_watch(ctx.watched::<Claim>(), move |pvc| trim_pvc(pvc, &pvc_keys));
     // No predicate filter: it would keep a key of three strings and a hash for every PVC (some
     // 230 bytes); a pass for a change that matters nothing here reads only caches.
     let pvc_stream = pvc_events.applied_objects();
 
-    let (namespaces, ns_writer) = reflector::store::<PartialObjectMeta<Namespace>>();
     let ns_keys = keys.clone();
-    let (ns_ready, ns_events) = cache_ready::track(
-        watcher(Api::<PartialObjectMeta<Namespace>>::all(client.clone()), config.clone())
-            .default_backoff()
-            .modify(move |ns| {
-                ns.metadata.managed_fields = None;
-                ns.metadata.labels = None;
-                if let Some(annotations) = ns.metadata.annotations.as_mut() {
-                    keep_relevant(annotations, &ns_keys);
-                }
-            })
-            .reflect(ns_writer),
-    );
+    let namespace_api = Api::<PartialObjectMeta<Namespace>>::all(client.clone());
+    let (namespaces, ns_ready, ns_events) = super::cached_watch(namespace_api, move |ns| {
+        ns.metadata.labels = None;
+        if let Some(annotations) = ns.metadata.annotations.as_mut() {
+            keep_relevant(annotations, &ns_keys);
+        }
+    });
     let ns_stream = ns_events
         .applied_objects()
         .predicate_filter(kube::runtime::predicates::annotations, PredicateConfig::default());
 
-    let (classes, sc_writer) = reflector::store::<StorageClass>();
-    let (sc_ready, sc_events) = cache_ready::track(
-        watcher(Api::<StorageClass>::all(client.clone()), config.clone())
-            .default_backoff()
-            .modify(|sc| sc.metadata.managed_fields = None)
-            .reflect(sc_writer),
-    );
+    let (classes, sc_ready, sc_events) = super::cached_watch(Api::<StorageClass>::all(client.clone()), |_| {});
     let sc_stream = sc_events
         .applied_objects()
         .predicate_filter(kube::runtime::predicates::annotations, PredicateConfig::default());
