@@ -9,7 +9,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use serde_json::json;
 
 use crate::driver_sanity::{DriverProcess, start_driver};
-use crate::manager_harness::{Manager, ManagerIdentity, dynamic};
+use crate::manager_harness::{Manager, ManagerIdentity, dynamic, warning_in};
 use crate::sidecar_harness::{Serving, SidecarProcess, Workload, sidecar_pod};
 use crate::support::unix_channel;
 
@@ -284,12 +284,7 @@ async fn an_invalid_fence_fails_in_upstreams_words_and_the_deprecated_inline_for
     stage.fences().create(&PostParams::default(), &serde_json::from_value(body).unwrap()).await.unwrap();
     stage.fence_says(&inline, "fencing operation successful").await;
     assert!(stage.fenced().await.contains("10.79.1.0/24"));
-    let events = Api::<k8s_openapi::api::core::v1::Event>::all(stage.client.clone());
-    let list = events.list(&ListParams::default()).await.unwrap();
-    let warning = list.items.iter().find(|e| {
-        e.involved_object.name.as_deref() == Some(inline.as_str()) && e.reason.as_deref() == Some("DeprecatedFields")
-    });
-    let note = warning.and_then(|e| e.message.clone()).unwrap_or_default();
+    let note = warning_in(&Api::all(stage.client.clone()), &inline, "DeprecatedFields").await.unwrap_or_default();
     assert!(note.starts_with("spec.driver, spec.secret deprecated"), "a Warning event: {note:?}");
     stage.fences().delete(&inline, &DeleteParams::default()).await.unwrap();
     stage.gone(&stage.fences(), &inline).await;

@@ -7,6 +7,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use serde_json::json;
 
 use crate::manager_fence::{FenceStage, cluster_of};
+use crate::manager_harness::warning_in;
 use crate::manager_replication::{condition, create_class, replicated_pvc, replications};
 
 const GROUP: &str = "replication.storage.openshift.io";
@@ -165,7 +166,8 @@ async fn a_failing_group_and_a_replicated_pvc_each_say_why_in_the_groups_status(
     .await;
     let message = vgr.data["status"]["message"].as_str().unwrap_or_default().to_owned();
     assert!(message.contains("NotFound") || message.contains("InvalidArgument"), "the driver's words: {message}");
-    assert!(stage_warning(&stage, "bad", "VolumeGroupFailed").await, "a Warning event on the group");
+    let events = Api::namespaced(stage.client.clone(), &stage.namespace);
+    assert!(warning_in(&events, "bad", "VolumeGroupFailed").await.is_some(), "a Warning event on the group");
 
     // A PVC a VolumeReplication replicates is not taken into a group.
     replicated_pvc(&stage, "solo", true).await;
@@ -181,14 +183,4 @@ async fn a_failing_group_and_a_replicated_pvc_each_say_why_in_the_groups_status(
     let message = vgr.data["status"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("PVC solo is replicated by VolumeReplication vr-solo"), "{message}");
     assert!(!pvc(&stage, "solo").await.metadata.annotations.unwrap_or_default().contains_key(VGR_OWNER));
-}
-
-async fn stage_warning(stage: &FenceStage, object: &str, reason: &str) -> bool {
-    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(stage.client.clone(), &stage.namespace);
-    let list = events.list(&Default::default()).await.unwrap();
-    list.items.iter().any(|e| {
-        e.involved_object.name.as_deref() == Some(object)
-            && e.reason.as_deref() == Some(reason)
-            && e.type_.as_deref() == Some("Warning")
-    })
 }

@@ -385,20 +385,24 @@ impl Stage {
 
     /// The message of a Warning event `reason` on `object`, if there is one.
     pub async fn warning(&self, object: &str, reason: &str) -> Option<String> {
-        // The manager records the event just after the status a caller has seen: give it a moment.
-        let events = Api::<Event>::namespaced(self.client.clone(), &self.namespace);
-        for _ in 0..50 {
-            let list = events.list(&ListParams::default()).await.unwrap();
-            let found = list.items.into_iter().find(|e| {
-                e.involved_object.name.as_deref() == Some(object)
-                    && e.reason.as_deref() == Some(reason)
-                    && e.type_.as_deref() == Some("Warning")
-            });
-            if let Some(event) = found {
-                return event.message;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
-        None
+        warning_in(&Api::namespaced(self.client.clone(), &self.namespace), object, reason).await
     }
+}
+
+/// The message of a Warning event `reason` on `object` among `events`, if one comes within ten
+/// seconds: the manager records an event just after the status a caller has seen.
+pub async fn warning_in(events: &Api<Event>, object: &str, reason: &str) -> Option<String> {
+    for _ in 0..50 {
+        let list = events.list(&ListParams::default()).await.unwrap();
+        let found = list.items.into_iter().find(|e| {
+            e.involved_object.name.as_deref() == Some(object)
+                && e.reason.as_deref() == Some(reason)
+                && e.type_.as_deref() == Some("Warning")
+        });
+        if let Some(event) = found {
+            return event.message;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    None
 }
