@@ -142,6 +142,11 @@ pub struct ManagerCli {
     #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
     pub automaxprocs: Option<bool>,
 
+    /// The kubeconfig to use (controller-runtime's flag); without it KUBECONFIG (a list of
+    /// files, merged), then the Pod's service account, then ~/.kube/config.
+    #[arg(long, env = "CSI_ADDONS_KUBECONFIG")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+
     // ---- ours ----
     /// The token sent to sidecars (a Pod's projected ServiceAccount token by default).
     #[arg(long, env = "SIDECAR_TOKEN_FILE", default_value = "/var/run/secrets/kubernetes.io/serviceaccount/token")]

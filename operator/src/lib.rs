@@ -3,7 +3,6 @@
 #![forbid(unsafe_code)]
 
 pub mod annotations;
-pub mod api_client;
 pub mod attachments;
 pub mod cache_ready;
 pub mod claim;

@@ -30,7 +30,7 @@ const READY_CHECK: Duration = Duration::from_secs(2);
 #[derive(Debug, thiserror::Error)]
 pub enum ManagerError {
     #[error("no cluster access: {0}")]
-    ApiClient(#[from] crate::api_client::ApiClientError),
+    ApiClient(#[from] cluster_client::ClientError),
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("reading ConfigMap {namespace}/{CONFIG_MAP}: {source}")]
@@ -59,9 +59,10 @@ pub enum ManagerError {
 /// server's priority and fairness. Watches hold a slot only until their response starts.
 const API_IN_FLIGHT: usize = 16;
 
-/// The Kubernetes client (in-cluster config or KUBECONFIG), with requests in flight bounded.
-async fn api_client() -> Result<kube::Client, ManagerError> {
-    Ok(crate::api_client::api_client(API_IN_FLIGHT).await?)
+/// The Kubernetes client (`--kubeconfig`, KUBECONFIG, in-cluster or ~/.kube/config), with
+/// requests in flight bounded.
+async fn api_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, ManagerError> {
+    Ok(cluster_client::client(kubeconfig, Some(API_IN_FLIGHT)).await?)
 }
 
 /// Go's `:8081` means every interface.
@@ -282,7 +283,7 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
     if cli.enable_admission_webhooks {
         tracing::warn!("--enable-admission-webhooks is deprecated and has no effect");
     }
-    let client = api_client().await?;
+    let client = api_client(cli.kubeconfig.as_deref()).await?;
     let security = if cli.enable_auth {
         if cli.sidecar_ca_file.is_none() {
             tracing::warn!("no --sidecar-ca-file: sidecar certificates are not verified (upstream's behaviour)");

@@ -6,8 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, ServerName};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint, Uri};
@@ -118,7 +117,7 @@ impl Security {
             Some(path) => {
                 let pem = std::fs::read(path).map_err(|source| ClientError::Read { path: path.to_owned(), source })?;
                 let mut roots = rustls::RootCertStore::empty();
-                let certs: Vec<CertificateDer<'static>> = rustls_pemfile_certs(&pem);
+                let certs: Vec<CertificateDer<'static>> = cluster_client::tls::pem_certificates(&pem);
                 if certs.is_empty() {
                     return Err(ClientError::NoCertificate(path.to_owned()));
                 }
@@ -129,7 +128,7 @@ impl Security {
             }
             None => builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(Unverified(provider)))
+                .with_custom_certificate_verifier(cluster_client::tls::AnyServer::new())
                 .with_no_client_auth(),
         };
         config.alpn_protocols = vec![b"h2".to_vec()];
@@ -164,53 +163,6 @@ impl Security {
         };
         let channel = connected.map_err(|source| ClientError::Connect { endpoint: address.to_owned(), source })?;
         Ok(InterceptedService::new(channel, self.token.clone()))
-    }
-}
-
-/// The PEM certificates in `pem`.
-fn rustls_pemfile_certs(pem: &[u8]) -> Vec<CertificateDer<'static>> {
-    use rustls::pki_types::pem::PemObject;
-    CertificateDer::pem_slice_iter(pem).filter_map(Result::ok).collect()
-}
-
-/// Accepts any server certificate: upstream's `InsecureSkipVerify`, used only without
-/// `--sidecar-ca-file` so our manager can drive sidecars with a self-signed certificate.
-/// Signatures are still checked, so the handshake proves the sidecar holds the key it shows.
-#[derive(Debug)]
-struct Unverified(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for Unverified {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 

@@ -29,8 +29,8 @@ pub enum SidecarError {
     BadPort(String),
     #[error("--controller-ip {0:?} is not an IP address")]
     BadIp(String),
-    #[error("no cluster access (in-cluster config or KUBECONFIG): {0}")]
-    Kube(#[source] kube::Error),
+    #[error("no cluster access (KUBECONFIG, in-cluster or ~/.kube/config): {0}")]
+    Kube(#[source] cluster_client::ClientError),
     #[error("--csi-addons-address {address}: {source}")]
     DriverAddress {
         address: String,
@@ -127,7 +127,7 @@ pub async fn run(cli: SidecarCli) -> Result<(), SidecarError> {
     };
     let recorders = crate::condition::RecorderKind::parse_list(&cli.volume_condition_recorders)?;
     let metrics = Metrics::new()?;
-    let client = kube::Client::try_default().await.map_err(SidecarError::Kube)?;
+    let client = cluster_client::client(None, None).await.map_err(SidecarError::Kube)?;
 
     let (stop_tx, stop) = watch::channel(false);
     let stop_tx = Arc::new(stop_tx);

@@ -1,0 +1,101 @@
+//! The Kubernetes API client of the manager and the sidecar.
+//!
+//! kube's own stack speaks HTTP/1.1: a TLS connection (with its buffers) per request in flight
+//! and one per watch, some thirty for the manager. This one offers HTTP/2 as client-go does, so
+//! every watch and request shares one connection, kept alive by pings; the API server picks the
+//! protocol (ALPN), and a plain-HTTP URL stays HTTP/1.1.
+//!
+//! Configuration, credentials and TLS are read here too (`kubeconfig`, `auth`, `tls`) rather than
+//! by kube's loaders, whose YAML, JSONPath and regex engines are some 0.9 MB of code that stays
+//! mapped, in every Pod, for the process's life. kube still resolves contexts and merges files.
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use kube::client::ConfigExt;
+use kube::client::retry::RetryPolicy;
+use tower::limit::ConcurrencyLimitLayer;
+use tower::retry::RetryLayer;
+use tower::{BoxError, ServiceBuilder};
+
+pub mod auth;
+pub mod kubeconfig;
+pub mod tls;
+pub mod yaml;
+
+pub use kubeconfig::ConfigError;
+
+/// How often an idle HTTP/2 connection is pinged, and how long an answer may take before the
+/// connection counts as dead (client-go's ReadIdleTimeout and PingTimeout).
+const PING_INTERVAL: Duration = Duration::from_secs(30);
+const PING_TIMEOUT: Duration = Duration::from_secs(15);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("the API server's TLS: {0}")]
+    Tls(#[from] tls::TlsError),
+    #[error("the credentials: {0}")]
+    Auth(#[from] auth::AuthError),
+    #[error("the Kubernetes client: {0}")]
+    Client(#[from] kube::Error),
+    #[error("the API server's TLS name {name:?}: {source}")]
+    ServerName {
+        name: String,
+        #[source]
+        source: rustls::pki_types::InvalidDnsNameError,
+    },
+    #[error(
+        "a proxy is configured ({0}: the kubeconfig's proxy-url or HTTPS_PROXY); this client connects to the API server \
+         directly: remove the proxy from the kubeconfig or the environment"
+    )]
+    Proxy(String),
+}
+
+/// A client configured as `kubeconfig::infer` finds, with at most `in_flight` requests at once
+/// when given (watches hold a slot only until their response starts), retrying 429, 503 and 504
+/// answers as kube's own stack does.
+pub async fn client(kubeconfig: Option<&Path>, in_flight: Option<usize>) -> Result<kube::Client, ClientError> {
+    let config = kubeconfig::infer(kubeconfig).await?;
+    client_for(config, in_flight)
+}
+
+/// A client for `config` (see `client`).
+pub fn client_for(config: kube::Config, in_flight: Option<usize>) -> Result<kube::Client, ClientError> {
+    if let Some(proxy) = &config.proxy_url {
+        return Err(ClientError::Proxy(proxy.to_string()));
+    }
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(config.connect_timeout);
+    let tls = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls::client_config(&config)?).https_or_http();
+    let tls = match &config.tls_server_name {
+        Some(name) => {
+            let server_name = rustls::pki_types::ServerName::try_from(name.clone())
+                .map_err(|source| ClientError::ServerName { name: name.clone(), source })?;
+            tls.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(server_name))
+        }
+        None => tls,
+    };
+    let connector = tls.enable_all_versions().wrap_connector(http);
+    let hyper = HyperClient::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .http2_keep_alive_interval(PING_INTERVAL)
+        .http2_keep_alive_timeout(PING_TIMEOUT)
+        .http2_keep_alive_while_idle(true)
+        .build(connector);
+    let credentials = auth::Credentials::of(&config.auth_info)?;
+    let service = ServiceBuilder::new()
+        .option_layer(in_flight.map(ConcurrencyLimitLayer::new))
+        .layer(config.base_uri_layer())
+        .option_layer(config.default_retry.then(|| RetryLayer::new(RetryPolicy::server_retry())))
+        .layer(auth::AuthLayer(Arc::new(credentials)))
+        .layer(config.extra_headers_layer()?)
+        .map_err(BoxError::from)
+        .service(hyper);
+    Ok(kube::Client::new(service, config.default_namespace))
+}

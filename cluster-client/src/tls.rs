@@ -1,0 +1,245 @@
+//! The TLS side of the API server connection: whose certificate is trusted (the kubeconfig's CA,
+//! the Pod's service-account CA re-read every minute so a rotated CA is picked up, or the
+//! system's roots when no CA is named) and the client certificate when the user has one.
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use secrecy::ExposeSecret;
+
+/// How often the in-cluster CA file is read again.
+const CA_RELOAD: Duration = Duration::from_secs(60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("reading {what} {path}: {source}")]
+    Read {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what} in the kubeconfig is not base64: {source}")]
+    Base64 {
+        what: &'static str,
+        #[source]
+        source: base64::DecodeError,
+    },
+    #[error("{what}: no PEM {expected} in it")]
+    Pem { what: &'static str, expected: &'static str },
+    #[error("the client certificate is given without its key, or the key without the certificate")]
+    HalfIdentity,
+    #[error("TLS configuration: {0}")]
+    Rustls(#[from] rustls::Error),
+    #[error("the CA certificates: {0}")]
+    Verifier(#[from] rustls::client::VerifierBuilderError),
+}
+
+/// The client TLS configuration for `config` (no ALPN: the connector sets it).
+pub fn client_config(config: &kube::Config) -> Result<ClientConfig, TlsError> {
+    let verifier: Arc<dyn ServerCertVerifier> = if config.accept_invalid_certs {
+        AnyServer::new()
+    } else if let Some(path) = &config.root_cert_file {
+        Arc::new(ReloadingCa::new(path.clone())?)
+    } else if let Some(roots) = &config.root_cert {
+        verifier_for(roots.iter().map(|der| CertificateDer::from(der.as_slice())).collect())?
+    } else {
+        // No CA named: the system's trust store, as client-go does.
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        Arc::new(rustls_platform_verifier::Verifier::new(provider)?)
+    };
+    // The provider named, not the process default (which panics when two are compiled in).
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier);
+    Ok(match identity(&config.auth_info)? {
+        Some((chain, key)) => builder.with_client_auth_cert(chain, key)?,
+        None => builder.with_no_client_auth(),
+    })
+}
+
+fn verifier_for(roots: Vec<CertificateDer<'_>>) -> Result<Arc<WebPkiServerVerifier>, TlsError> {
+    let mut store = RootCertStore::empty();
+    for root in roots {
+        store.add(root)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(WebPkiServerVerifier::builder_with_provider(Arc::new(store), provider).build()?)
+}
+
+type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+
+/// The user's client certificate chain and key, from inline base64 data or from files.
+fn identity(user: &kube::config::AuthInfo) -> Result<Option<Identity>, TlsError> {
+    let certificate = data_or_file(
+        "the client certificate",
+        user.client_certificate_data.as_deref(),
+        user.client_certificate.as_deref(),
+    )?;
+    let key_data = user.client_key_data.as_ref().map(|key| key.expose_secret().to_owned());
+    let key = data_or_file("the client key", key_data.as_deref(), user.client_key.as_deref())?;
+    match (certificate, key) {
+        (None, None) => Ok(None),
+        (Some(certificate), Some(key)) => {
+            let chain: Vec<_> = pem_certificates(&certificate);
+            if chain.is_empty() {
+                return Err(TlsError::Pem { what: "the client certificate", expected: "CERTIFICATE" });
+            }
+            let key = PrivateKeyDer::from_pem_slice(&key)
+                .map_err(|_| TlsError::Pem { what: "the client key", expected: "PRIVATE KEY" })?;
+            Ok(Some((chain, key)))
+        }
+        _ => Err(TlsError::HalfIdentity),
+    }
+}
+
+fn data_or_file(what: &'static str, data: Option<&str>, file: Option<&str>) -> Result<Option<Vec<u8>>, TlsError> {
+    if let Some(data) = data.filter(|d| !d.is_empty()) {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map_err(|source| TlsError::Base64 { what, source })?;
+        return Ok(Some(bytes));
+    }
+    match file.filter(|f| !f.is_empty()) {
+        Some(path) => {
+            std::fs::read(path).map(Some).map_err(|source| TlsError::Read { what, path: path.into(), source })
+        }
+        None => Ok(None),
+    }
+}
+
+fn read_roots(path: &Path) -> Result<Arc<WebPkiServerVerifier>, TlsError> {
+    let pem = std::fs::read(path).map_err(|source| TlsError::Read { what: "the CA", path: path.into(), source })?;
+    let roots = pem_certificates(&pem);
+    if roots.is_empty() {
+        return Err(TlsError::Pem { what: "the CA", expected: "CERTIFICATE" });
+    }
+    verifier_for(roots)
+}
+
+/// Trusts the CAs of a file read again once a minute (the service-account CA can rotate while
+/// the process runs); a file that cannot be read keeps the roots read last.
+#[derive(Debug)]
+struct ReloadingCa {
+    path: PathBuf,
+    current: RwLock<(Arc<WebPkiServerVerifier>, Instant)>,
+}
+
+impl ReloadingCa {
+    fn new(path: PathBuf) -> Result<Self, TlsError> {
+        let verifier = read_roots(&path)?;
+        Ok(ReloadingCa { path, current: RwLock::new((verifier, Instant::now())) })
+    }
+
+    fn verifier(&self) -> Arc<WebPkiServerVerifier> {
+        let (verifier, read_at) = self.current.read().map(|g| g.clone()).unwrap_or_else(|e| e.into_inner().clone());
+        if read_at.elapsed() < CA_RELOAD {
+            return verifier;
+        }
+        let fresh = match read_roots(&self.path) {
+            Ok(fresh) => fresh,
+            Err(error) => {
+                tracing::warn!(%error, "the API server's CA could not be read again; the roots read before stay");
+                verifier
+            }
+        };
+        let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
+        *current = (Arc::clone(&fresh), Instant::now());
+        fresh
+    }
+}
+
+impl ServerCertVerifier for ReloadingCa {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        self.verifier().verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.verifier().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.verifier().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.verifier().supported_verify_schemes()
+    }
+}
+
+/// The PEM certificates in `pem` (anything else in it is skipped).
+pub fn pem_certificates(pem: &[u8]) -> Vec<CertificateDer<'static>> {
+    CertificateDer::pem_slice_iter(pem).filter_map(Result::ok).collect()
+}
+
+/// Accepts any server certificate: `insecure-skip-tls-verify: true`, and the manager's upstream
+/// fallback for sidecars with a self-signed certificate. The handshake's signatures are still
+/// checked, so the peer at least holds the key of the certificate it shows.
+#[derive(Debug)]
+pub struct AnyServer(rustls::crypto::WebPkiSupportedAlgorithms);
+
+impl AnyServer {
+    pub fn new() -> Arc<Self> {
+        Arc::new(AnyServer(rustls::crypto::ring::default_provider().signature_verification_algorithms))
+    }
+}
+
+impl ServerCertVerifier for AnyServer {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_schemes()
+    }
+}
