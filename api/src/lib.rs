@@ -7,6 +7,7 @@ pub mod capabilities;
 pub mod crds;
 pub mod csiaddons;
 pub mod lease;
+pub mod logging;
 pub mod names;
 pub mod proto;
 pub mod redact;

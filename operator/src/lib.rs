@@ -34,14 +34,9 @@ pub fn run(cli: ManagerCli) -> anyhow::Result<()> {
     let Some(level) = cli.log_level() else {
         anyhow::bail!("--zap-log-level {:?}: use debug, info, error or a number", cli.zap_log_level);
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},h2=info,hyper=info,tower=info")));
-    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
-    if cli.json_logs() {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
+    // log_level's names are all LevelFilter's.
+    let level = level.parse().unwrap_or(tracing_subscriber::filter::LevelFilter::INFO);
+    api::logging::init(level, cli.json_logs());
     // One thread: the manager waits on the network; a single thread keeps one allocator arena and
     // no cross-thread hand-offs (memory is what a cluster-wide controller costs its users).
     let runtime =

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tracing_subscriber::filter::LevelFilter;
 
 use crate::driver::{DriverConnection, DriverInfo, DriverState, Probing};
 use crate::guard::{Authenticator, GuardLayer};
@@ -60,18 +61,11 @@ pub enum SidecarError {
 /// Logs to stderr, plain or JSON; klog's `-v` picks the level unless RUST_LOG is set.
 pub fn init_logging(verbosity: u8, json: bool) {
     let level = match verbosity {
-        0..=3 => "info",
-        4 | 5 => "debug",
-        _ => "trace",
+        0..=3 => LevelFilter::INFO,
+        4 | 5 => LevelFilter::DEBUG,
+        _ => LevelFilter::TRACE,
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},h2=info,hyper=info,tower=info")));
-    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
+    api::logging::init(level, json);
 }
 
 /// The listening address and the downward-API identity, checked before anything starts.
