@@ -7,11 +7,11 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::{Future, StreamExt};
-use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
+use crate::compact::Attachment;
 use crate::context::Context;
 
 /// How long a job pass waits for the first full list before it is retried.
@@ -44,7 +44,7 @@ impl Default for Attachments {
 }
 
 /// What `attachment` attaches, if it counts.
-fn attached(attachment: &VolumeAttachment) -> Option<Attached> {
+fn attached(attachment: &Attachment) -> Option<Attached> {
     if attachment.metadata.deletion_timestamp.is_some() || !attachment.status.as_ref().is_some_and(|s| s.attached) {
         return None;
     }
@@ -59,7 +59,7 @@ impl Attachments {
     }
 
     /// Records `attachment` as it is now.
-    fn apply(&self, attachment: &VolumeAttachment) {
+    fn apply(&self, attachment: &Attachment) {
         let name = attachment.metadata.name.clone().unwrap_or_default();
         match attached(attachment) {
             Some(what) => self.write().insert(name, what),
@@ -84,7 +84,7 @@ impl Attachments {
         let (this, caches) = (&ctx.attachments, &ctx.caches);
         caches.set(CACHE_NAME, false);
         this.synced.send_replace(false);
-        let api = Api::<VolumeAttachment>::all(ctx.client.clone());
+        let api = Api::<Attachment>::all(ctx.client.clone());
         let mut events = std::pin::pin!(watcher(api, crate::controllers::list_config()).default_backoff());
         let mut stop = std::pin::pin!(stop);
         let mut listing: Option<HashMap<String, Attached>> = None;
@@ -120,17 +120,16 @@ impl Attachments {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::storage::v1::{VolumeAttachmentSource, VolumeAttachmentSpec, VolumeAttachmentStatus};
+    use crate::compact::{AttachmentSource, AttachmentSpec, AttachmentStatus};
 
-    fn attachment(name: &str, pv: Option<&str>, node: &str, attached: bool) -> VolumeAttachment {
-        VolumeAttachment {
+    fn attachment(name: &str, pv: Option<&str>, node: &str, attached: bool) -> Attachment {
+        Attachment {
             metadata: kube::api::ObjectMeta { name: Some(name.into()), ..Default::default() },
-            spec: VolumeAttachmentSpec {
-                attacher: "d".into(),
+            spec: AttachmentSpec {
                 node_name: node.into(),
-                source: VolumeAttachmentSource { persistent_volume_name: pv.map(Into::into), ..Default::default() },
+                source: AttachmentSource { persistent_volume_name: pv.map(Into::into) },
             },
-            status: Some(VolumeAttachmentStatus { attached, ..Default::default() }),
+            status: Some(AttachmentStatus { attached }),
         }
     }
 

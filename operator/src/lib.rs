@@ -6,6 +6,7 @@ pub mod annotations;
 pub mod attachments;
 pub mod cache_ready;
 pub mod claim;
+pub mod compact;
 pub mod config;
 pub mod config_watch;
 pub mod context;

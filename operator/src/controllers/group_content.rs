@@ -8,7 +8,6 @@ use api::proto::internal::volume_group_controller_client::VolumeGroupControllerC
 use api::proto::internal::{CreateVolumeGroupRequest, DeleteVolumeGroupRequest, ModifyVolumeGroupMembershipRequest};
 use api::replication::{VolumeGroupReplication, VolumeGroupReplicationClass, VolumeGroupReplicationContent};
 use futures::Future;
-use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::ListParams;
 use kube::runtime::Controller;
@@ -17,6 +16,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::patch_merge;
+use crate::compact::CsiPv;
 use crate::context::{Context, ReconcileError, condition, set_condition};
 use crate::pool::Connection;
 use crate::replication::{self as rep, CONTENT_NAME, VGR_FINALIZER, VOLUME_GROUP, VR_FINALIZER};
@@ -139,7 +139,7 @@ async fn reconcile(content: Arc<VolumeGroupReplicationContent>, ctx: Arc<Context
         }
     }
     // The PVs of the group's volumes, by name (upstream lists every PV too).
-    let pvs = Api::<PersistentVolume>::all(ctx.client.clone()).list(&ListParams::default()).await?;
+    let pvs = Api::<CsiPv>::all(ctx.client.clone()).list(&ListParams::default()).await?;
     let mut mapping: Vec<(String, String)> = pvs
         .items
         .iter()

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use api::csiaddons::OperationResult;
 use futures::Future;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
@@ -16,6 +16,7 @@ use kube::{Api, ResourceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::compact::CsiPv;
 use crate::context::{Context, ReconcileError, condition, locked, now_seconds, read_cached, set_condition};
 use crate::job::{Limits, Step, next_step};
 
@@ -284,7 +285,7 @@ async fn volume<K: JobKind>(ctx: &Context, job: &K) -> Result<Volume, AttemptErr
             .ok_or_else(|| AttemptError::Transient(format!("PVC {namespace}/{name} is not bound yet")))?
     };
     let driver = {
-        let pvs = Api::<PersistentVolume>::all(ctx.client.clone());
+        let pvs = Api::<CsiPv>::all(ctx.client.clone());
         let pv = Box::pin(read_cached(&pvs, &pv_name))
             .await
             .map_err(|e| AttemptError::Transient(format!("reading PV {pv_name}: {e}")))?

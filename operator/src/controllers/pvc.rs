@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use api::csiaddons::{EncryptionKeyRotationCronJob, ReclaimSpaceCronJob};
 use futures::Future;
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolume};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
@@ -27,6 +27,7 @@ use crate::annotations::{
 };
 use crate::cache_ready::Ready;
 use crate::claim::Claim;
+use crate::compact::CsiPv;
 use crate::context::{Context, ReconcileError};
 use crate::controllers::job_kinds::{KEY_ROTATION, RECLAIM_OFFLINE, RECLAIM_ONLINE};
 use crate::flags::SchedulePrecedence;
@@ -179,8 +180,8 @@ async fn driver_of(ctx: &Context, caches: &Caches, pv: &str) -> Result<Option<Ar
     if let Some(known) = caches.drivers.get(pv) {
         return Ok(known);
     }
-    // Boxed: a PV is kilobytes inline, and only a PVC not seen before waits here.
-    let Some(found) = Box::pin(Api::<PersistentVolume>::all(ctx.client.clone()).get_opt(pv)).await? else {
+    // Boxed: only a PVC not seen before waits here.
+    let Some(found) = Box::pin(Api::<CsiPv>::all(ctx.client.clone()).get_opt(pv)).await? else {
         return Ok(None);
     };
     let driver = found.spec.and_then(|s| s.csi).map(|c| c.driver);

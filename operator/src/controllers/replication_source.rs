@@ -1,11 +1,12 @@
 //! What a VolumeReplication replicates: a PVC (its PV's CSI handle) or a VolumeGroupReplication
 //! (its content's group handle), and how the source is marked as taken and released.
 use api::replication::{VolumeGroupReplication, VolumeGroupReplicationContent, VolumeReplication};
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::patch_merge;
+use crate::compact::CsiPv;
 use crate::context::{Context, ReconcileError};
 use crate::replication::{self as rep, PVC_FINALIZER, VR_FINALIZER, VR_OWNER};
 
@@ -95,7 +96,7 @@ pub async fn csi_handle(ctx: &Context, pvc: &PersistentVolumeClaim, driver: &str
     let Some(pv_name) = pv_name else {
         return Err(transient(format!("PVC {name} is not bound yet")));
     };
-    let pv = Api::<PersistentVolume>::all(ctx.client.clone())
+    let pv = Api::<CsiPv>::all(ctx.client.clone())
         .get_opt(&pv_name)
         .await
         .map_err(|e| transient(format!("reading PV {pv_name}: {e}")))?
