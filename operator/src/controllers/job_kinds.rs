@@ -54,7 +54,9 @@ impl JobKind for ReclaimSpaceJob {
 
     async fn attempt(ctx: &Context, volume: &Volume, timeout: Duration) -> Result<Done, AttemptError> {
         let node = volume.attached_to.as_deref().and_then(|n| ctx.pool.on_node(&volume.driver, n, RECLAIM_ONLINE).ok());
-        let leader = match ctx.pool.leader(&ctx.client, &volume.driver).await {
+        // Boxed, as the calls below: a pass waits in one of them at a time, and a hundred passes
+        // run at once; inline, each pass would hold room for all of them for its whole life.
+        let leader = match Box::pin(ctx.pool.leader(&ctx.client, &volume.driver)).await {
             Ok(leader) if leader.offers(RECLAIM_OFFLINE) => Some(leader),
             Ok(_) => None,
             Err(e) => {
@@ -76,14 +78,17 @@ impl JobKind for ReclaimSpaceJob {
             let message = ReclaimSpaceRequest { pv_name: volume.pv.clone() };
             let answer = ctx
                 .metrics
-                .timed_rpc(method, async {
-                    match call {
-                        ReclaimCall::Node(_) => client.node_reclaim_space(with_timeout(message, timeout)).await,
-                        ReclaimCall::Controller => {
-                            client.controller_reclaim_space(with_timeout(message, timeout)).await
+                .timed_rpc(
+                    method,
+                    Box::pin(async {
+                        match call {
+                            ReclaimCall::Node(_) => client.node_reclaim_space(with_timeout(message, timeout)).await,
+                            ReclaimCall::Controller => {
+                                client.controller_reclaim_space(with_timeout(message, timeout)).await
+                            }
                         }
-                    }
-                })
+                    }),
+                )
                 .await;
             match answer {
                 Ok(answer) => {
@@ -140,7 +145,8 @@ impl JobKind for EncryptionKeyRotationJob {
             ctx.pool.on_node(&volume.driver, node, KEY_ROTATION).map_err(|e| AttemptError::Transient(e.to_string()))?;
         let message = EncryptionKeyRotateRequest { pv_name: volume.pv.clone() };
         let mut client = EncryptionKeyRotationClient::new(connection.channel.clone());
-        let rotate = client.encryption_key_rotate(with_timeout(message, timeout));
+        // Boxed: the call's state is kilobytes, held only while it runs.
+        let rotate = Box::pin(client.encryption_key_rotate(with_timeout(message, timeout)));
         let answer = ctx.metrics.timed_rpc("EncryptionKeyRotation/EncryptionKeyRotate", rotate).await;
         match answer {
             Ok(_) => Ok(Done::default()),

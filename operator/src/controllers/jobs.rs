@@ -136,12 +136,12 @@ async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<Context>) -> Result<Action,
     let unrecorded = locked(&ctx.unrecorded_results).get(&uid).cloned();
     if let Some(outcome) = unrecorded {
         let outcome = outcome.map(|reclaimed_bytes| Done { reclaimed_bytes });
-        return finish(&ctx, job.as_ref(), &status, start, outcome).await;
+        return Box::pin(finish(&ctx, job.as_ref(), &status, start, outcome)).await;
     }
     if let Some(why) = api::names::dns1123_problem(job.pvc(), false) {
         let shown: String = job.pvc().chars().take(80).collect();
         let message = format!("spec.target.persistentVolumeClaim {shown:?} is not a PVC name: {why}");
-        return finish(&ctx, job.as_ref(), &status, start, Err(message)).await;
+        return Box::pin(finish(&ctx, job.as_ref(), &status, start, Err(message))).await;
     }
     let limits = job.limits();
     let created = job.meta().creation_timestamp.as_ref().map_or(now, |t| t.0.as_second());
@@ -152,7 +152,7 @@ async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<Context>) -> Result<Action,
         None => (status.retries.and_then(|n| u32::try_from(n).ok()).unwrap_or(0), None),
     };
     match next_step(limits, created, now, failures, last_failure) {
-        Step::GiveUp(message) => return finish(&ctx, job.as_ref(), &status, start, Err(message)).await,
+        Step::GiveUp(message) => return Box::pin(finish(&ctx, job.as_ref(), &status, start, Err(message))).await,
         Step::Wait(delay) => return Ok(Action::requeue(delay)),
         Step::Attempt => {}
     }
@@ -167,27 +167,27 @@ async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<Context>) -> Result<Action,
         Err(e) => Err(e),
     };
     match outcome {
-        Ok(done) => finish(&ctx, job.as_ref(), &status, start, Ok(done)).await,
-        Err(AttemptError::Permanent(message)) => finish(&ctx, job.as_ref(), &status, start, Err(message)).await,
+        Ok(done) => Box::pin(finish(&ctx, job.as_ref(), &status, start, Ok(done))).await,
+        Err(AttemptError::Permanent(message)) => {
+            Box::pin(finish(&ctx, job.as_ref(), &status, start, Err(message))).await
+        }
         Err(AttemptError::Transient(message)) => {
             let failures = failures + 1;
             let now = now_seconds();
             locked(&ctx.job_failures).insert(uid, (failures, now));
             match next_step(limits, created, now, failures, Some(now)) {
                 Step::GiveUp(limit) => {
-                    finish(&ctx, job.as_ref(), &status, start, Err(format!("{limit}; last error: {message}"))).await
+                    let message = format!("{limit}; last error: {message}");
+                    Box::pin(finish(&ctx, job.as_ref(), &status, start, Err(message))).await
                 }
                 Step::Wait(delay) => {
                     tracing::info!(job = %job.name_any(), failures, error = %message, ?delay, "attempt failed; retrying");
                     let generation = job.meta().generation;
                     let conditions =
                         set_condition(&status.conditions, condition("Failed", true, "failed", &message, generation));
-                    ctx.apply_status(
-                        job.as_ref(),
-                        json!({"startTime": Time(k8s_openapi::jiff::Timestamp::from_second(start).unwrap_or_default()),
-                               "retries": failures, "conditions": conditions}),
-                    )
-                    .await?;
+                    let start = Time(k8s_openapi::jiff::Timestamp::from_second(start).unwrap_or_default());
+                    let patch = json!({"startTime": start, "retries": failures, "conditions": conditions});
+                    Box::pin(ctx.apply_status(job.as_ref(), patch)).await?;
                     ctx.event(job.as_ref(), true, "AttemptFailed", format!("attempt {failures} failed: {message}"))
                         .await;
                     Ok(Action::requeue(delay))
