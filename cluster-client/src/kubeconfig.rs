@@ -76,8 +76,14 @@ async fn from_kubeconfig(kubeconfig: Kubeconfig) -> Result<kube::Config, ConfigE
 /// client-go does.
 pub fn read(path: &Path) -> Result<Kubeconfig, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+    parse(&text, path)
+}
+
+/// A kubeconfig's text, read from `path` (named in errors; relative paths are taken from its
+/// directory).
+pub fn parse(text: &str, path: &Path) -> Result<Kubeconfig, ConfigError> {
     let mut merged = Kubeconfig::default();
-    let documents = yaml::documents(&text).map_err(|source| ConfigError::Yaml { path: path.into(), source })?;
+    let documents = yaml::documents(text).map_err(|source| ConfigError::Yaml { path: path.into(), source })?;
     for document in documents.into_iter().filter(|d| !d.is_null()) {
         let next: Kubeconfig =
             serde_json::from_value(document).map_err(|source| ConfigError::Fields { path: path.into(), source })?;

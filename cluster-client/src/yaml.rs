@@ -135,14 +135,4 @@ mod tests {
         let syntax = documents("a: [b\n").unwrap_err().to_string();
         assert!(syntax.starts_with("not valid YAML"), "{syntax}");
     }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(
-            std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(500)))]
-        /// Hostile input: any text is a value or an error, never a panic.
-        #[test]
-        fn any_text_parses_or_fails_cleanly(text in "[a-z:\\-\\[\\]{}&*!|>'\" #\n\t,?]{0,64}") {
-            let _ = documents(&text);
-        }
-    }
 }

@@ -78,8 +78,8 @@ struct PodIp {
 }
 
 #[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
 struct PodIpStatus {
+    #[serde(rename = "podIP")]
     pod_ip: Option<String>,
 }
 

@@ -1,5 +1,5 @@
 //! Hostile input for each parser of outside input: CRD specs, cron schedules, annotation values,
-//! CSI ids and CIDRs in the driver, and the sidecar's gRPC requests (sent to a real sidecar
+//! kubeconfig files, CSI ids and CIDRs in the driver, and the sidecar's gRPC requests (sent to a real sidecar
 //! process). Each parser accepts or refuses with an error, never panics, and what it accepts keeps
 //! its promise. Cases per parser: proptest's PROPTEST_CASES (256 by default; `make fuzz` runs
 //! 100,000), each test printing how many it ran.
@@ -122,6 +122,71 @@ fn hostile_crd_specs_decode_or_are_refused() {
             // Validation and the request built from a fence never panic either.
             let _ = operator::fencing::validate(&fence);
             let _ = operator::fencing::request(&fence, None);
+        }
+        Ok(())
+    })
+}
+
+/// Kubeconfig-like YAML (keys of a kubeconfig at random indents, flow collections, quotes,
+/// anchors, block scalars) as well as noise.
+fn kubeconfig_text() -> impl Strategy<Value = String> {
+    let key = proptest::sample::select(
+        &[
+            "apiVersion",
+            "clusters",
+            "cluster",
+            "server",
+            "certificate-authority-data",
+            "insecure-skip-tls-verify",
+            "contexts",
+            "context",
+            "user",
+            "users",
+            "name",
+            "current-context",
+            "token",
+            "tokenFile",
+            "exec",
+            "command",
+            "args",
+            "env",
+            "auth-provider",
+            "config",
+            "id-token",
+            "username",
+            "password",
+            "proxy-url",
+        ][..],
+    );
+    let value = prop_oneof![
+        Just(String::new()),
+        Just("true".to_owned()),
+        Just("[a, {b: c}]".to_owned()),
+        Just("{}".to_owned()),
+        Just("'quoted: yes'".to_owned()),
+        Just("\"esc\\u00e9\"".to_owned()),
+        Just("&anchor x".to_owned()),
+        Just("*anchor".to_owned()),
+        Just("|\n  block".to_owned()),
+        "[a-z0-9:/.-]{0,12}",
+    ];
+    let line = (0usize..4, prop_oneof![Just(""), Just("- ")], key, value)
+        .prop_map(|(indent, dash, key, value)| format!("{}{dash}{key}: {value}", "  ".repeat(indent)));
+    prop_oneof![
+        4 => proptest::collection::vec(line, 0..12).prop_map(|lines| lines.join("\n")),
+        1 => "\\PC{0,80}",
+    ]
+}
+
+#[test]
+fn hostile_kubeconfigs_parse_or_are_refused() {
+    let origin = std::path::Path::new("/hostile/kubeconfig");
+    check("kubeconfig files", kubeconfig_text(), |text| {
+        if let Ok(kubeconfig) = cluster_client::kubeconfig::parse(&text, origin) {
+            // The credentials of what parses are read (an exec plugin is not run) or refused.
+            for user in kubeconfig.auth_infos.iter().filter_map(|named| named.auth_info.as_ref()) {
+                let _ = cluster_client::auth::Credentials::of(user);
+            }
         }
         Ok(())
     })

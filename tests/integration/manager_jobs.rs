@@ -191,3 +191,29 @@ async fn an_unreachable_sidecar_is_retried_with_growing_waits_then_its_node_obje
     let event = stage.warning("gone", "ConnectionFailed").await.expect("a Warning event");
     assert!(event.contains("Connection failed 4 times") && event.contains(&dead.to_string()), "{event}");
 }
+
+/// Upstream's sidecars register `pod://<pod>.<namespace>:<port>`: the manager dials the Pod's IP
+/// (`status.podIP`), and says so when the Pod has none.
+#[tokio::test]
+async fn a_pod_endpoint_is_dialled_at_the_pods_ip() {
+    let stage = Stage::new("pod-endpoint", &["service.NODE_SERVICE", "reclaim_space.ONLINE"]).await;
+    let sidecar = stage.sidecar(NODE).await;
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(stage.client.clone(), &stage.namespace);
+    let pod = pods.list(&Default::default()).await.unwrap().items.remove(0).metadata.name.unwrap();
+    let nodes = stage.api("CSIAddonsNode");
+    let endpoint = format!("pod://{pod}.{}:{}", stage.namespace, sidecar.port);
+    let node = serde_json::from_value(json!({
+        "apiVersion": "csiaddons.openshift.io/v1alpha1", "kind": "CSIAddonsNode", "metadata": {"name": "via-pod"},
+        "spec": {"driver": {"name": stage.driver_name, "endpoint": endpoint, "nodeID": "node-b"}},
+    }))
+    .unwrap();
+    nodes.create(&Default::default(), &node).await.unwrap();
+    let state = async |nodes: &Api<kube::api::DynamicObject>| {
+        let status = nodes.get_status("via-pod").await.unwrap().data["status"].clone();
+        (status["state"].as_str().unwrap_or_default().to_owned(), status["message"].to_string())
+    };
+    stage.manager.eventually("no IP yet, said", async |_| state(&nodes).await.1.contains("has no IP yet")).await;
+    let ip = json!({"status": {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}});
+    pods.patch_status(&pod, &Default::default(), &kube::api::Patch::Merge(&ip)).await.unwrap();
+    stage.manager.eventually("Connected through the Pod's IP", async |_| state(&nodes).await.0 == "Connected").await;
+}
