@@ -1,19 +1,19 @@
 //! Kubernetes objects as the manager reads them, with only the fields it uses. k8s-openapi's
-//! PersistentVolume decodes every in-tree volume source, and its VolumeAttachment an inline PV
-//! spec: their deserialisers are some 80 KB of code that would stay mapped for the process's
-//! life, for reads that need two or three fields.
+//! Pod, PersistentVolume (every in-tree volume source) and VolumeAttachment (an inline PV spec)
+//! bring deserialisers of some 250 KB of code that would stay mapped for the process's life, for
+//! reads that need one to three fields.
 use std::borrow::Cow;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::ClusterResourceScope;
+use kube::core::{ClusterResourceScope, NamespaceResourceScope};
 use serde::Deserialize;
 
-/// `kube::Resource` for a cluster-scoped built-in kind: group, version, kind, plural.
-macro_rules! cluster_resource {
-    ($type:ty, $group:literal, $version:literal, $kind:literal, $plural:literal) => {
+/// `kube::Resource` for a built-in kind: scope, group, version, kind, plural.
+macro_rules! builtin_resource {
+    ($type:ty, $scope:ty, $group:literal, $version:literal, $kind:literal, $plural:literal) => {
         impl kube::Resource for $type {
             type DynamicType = ();
-            type Scope = ClusterResourceScope;
+            type Scope = $scope;
 
             fn kind(_: &()) -> Cow<'_, str> {
                 $kind.into()
@@ -63,14 +63,7 @@ pub struct CsiSource {
     pub volume_handle: String,
 }
 
-impl CsiPv {
-    /// The CSI source, for a CSI volume.
-    pub fn csi(&self) -> Option<&CsiSource> {
-        self.spec.as_ref()?.csi.as_ref()
-    }
-}
-
-cluster_resource!(CsiPv, "", "v1", "PersistentVolume", "persistentvolumes");
+builtin_resource!(CsiPv, ClusterResourceScope, "", "v1", "PersistentVolume", "persistentvolumes");
 
 /// A VolumeAttachment: whether it is attached, of which PV (none for an inline volume), to which
 /// node.
@@ -103,7 +96,23 @@ pub struct AttachmentStatus {
     pub attached: bool,
 }
 
-cluster_resource!(Attachment, "storage.k8s.io", "v1", "VolumeAttachment", "volumeattachments");
+builtin_resource!(Attachment, ClusterResourceScope, "storage.k8s.io", "v1", "VolumeAttachment", "volumeattachments");
+
+/// A Pod: its IP, which a `pod://` endpoint is dialled at.
+#[derive(Clone, Debug, Deserialize)]
+pub struct PodIp {
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub status: Option<PodIpStatus>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct PodIpStatus {
+    #[serde(rename = "podIP")]
+    pub pod_ip: Option<String>,
+}
+
+builtin_resource!(PodIp, NamespaceResourceScope, "", "v1", "Pod", "pods");
 
 #[cfg(test)]
 mod tests {
@@ -117,11 +126,12 @@ mod tests {
             "spec": {"csi": {"driver": "d.example", "volumeHandle": "h-1", "fsType": "ext4"}, "capacity": {"storage": "1Gi"}},
         }))
         .unwrap();
-        assert_eq!((pv.csi().unwrap().driver.as_str(), pv.csi().unwrap().volume_handle.as_str()), ("d.example", "h-1"));
+        let csi = pv.spec.and_then(|s| s.csi).unwrap();
+        assert_eq!((csi.driver.as_str(), csi.volume_handle.as_str()), ("d.example", "h-1"));
         let nfs: CsiPv = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "pv-2"}, "spec": {"nfs": {"server": "s", "path": "/"}}}))
         .unwrap();
-        assert!(nfs.csi().is_none());
+        assert!(nfs.spec.and_then(|s| s.csi).is_none());
         assert_eq!(CsiPv::url_path(&(), None), "/api/v1/persistentvolumes");
         assert_eq!(CsiPv::api_version(&()), "v1");
     }
@@ -139,5 +149,16 @@ mod tests {
         assert!(attachment.spec.source.persistent_volume_name.is_none());
         assert!(attachment.status.is_some_and(|s| s.attached));
         assert_eq!(Attachment::url_path(&(), None), "/apis/storage.k8s.io/v1/volumeattachments");
+    }
+
+    #[test]
+    fn decodes_a_pods_ip_under_its_api_name() {
+        let pod: PodIp = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]},
+            "status": {"podIP": "10.0.0.7", "podIPs": [{"ip": "10.0.0.7"}], "phase": "Running"},
+        }))
+        .unwrap();
+        assert_eq!(pod.status.and_then(|s| s.pod_ip).as_deref(), Some("10.0.0.7"));
+        assert_eq!(PodIp::url_path(&(), Some("ns")), "/api/v1/namespaces/ns/pods");
     }
 }

@@ -11,6 +11,7 @@ use std::sync::{Arc, RwLock};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 
+use crate::compact::PodIp;
 use crate::sidecar_client::SidecarChannel;
 
 /// Where a CSIAddonsNode says its sidecar listens.
@@ -58,7 +59,8 @@ pub async fn resolve(client: &kube::Client, target: &Target) -> Result<String, S
     match target {
         Target::Address { ip, port } => Ok(socket_address(*ip, *port)),
         Target::Pod { name, namespace, port } => {
-            let pod = pod_ip(client, namespace, name)
+            let pod = Api::<PodIp>::namespaced(client.clone(), namespace)
+                .get_opt(name)
                 .await
                 .map_err(|e| format!("reading Pod {namespace}/{name}: {e}"))?
                 .ok_or_else(|| format!("Pod {namespace}/{name} does not exist"))?;
@@ -67,30 +69,6 @@ pub async fn resolve(client: &kube::Client, target: &Target) -> Result<String, S
             let ip = ip.parse::<IpAddr>().map_err(|_| format!("Pod {namespace}/{name} has IP {ip:?}"))?;
             Ok(socket_address(ip, *port))
         }
-    }
-}
-
-/// Of a Pod, only its IP: decoding k8s-openapi's whole Pod would keep its deserialisers (some
-/// 120 KB of code) mapped in the manager for a lookup that needs one field.
-#[derive(serde::Deserialize)]
-struct PodIp {
-    status: Option<PodIpStatus>,
-}
-
-#[derive(serde::Deserialize)]
-struct PodIpStatus {
-    #[serde(rename = "podIP")]
-    pod_ip: Option<String>,
-}
-
-async fn pod_ip(client: &kube::Client, namespace: &str, name: &str) -> Result<Option<PodIp>, kube::Error> {
-    let request = kube::core::Request::new(format!("/api/v1/namespaces/{namespace}/pods"))
-        .get(name, &Default::default())
-        .map_err(kube::Error::BuildRequest)?;
-    match client.request::<PodIp>(request).await {
-        Ok(pod) => Ok(Some(pod)),
-        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
-        Err(error) => Err(error),
     }
 }
 
