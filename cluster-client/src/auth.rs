@@ -57,8 +57,15 @@ pub enum AuthError {
 pub enum Credentials {
     None,
     Fixed(HeaderValue),
-    TokenFile { path: PathBuf, current: Mutex<(HeaderValue, Instant)> },
-    Exec { plugin: Box<ExecConfig>, current: tokio::sync::Mutex<Option<(HeaderValue, Option<jiff::Timestamp>)>> },
+    TokenFile {
+        path: PathBuf,
+        current: Mutex<(HeaderValue, Instant)>,
+    },
+    Exec {
+        command: String,
+        plugin: Box<ExecConfig>,
+        current: tokio::sync::Mutex<Option<(HeaderValue, Option<jiff::Timestamp>)>>,
+    },
 }
 
 impl Credentials {
@@ -90,7 +97,11 @@ impl Credentials {
             if matches!(plugin.interactive_mode, Some(ExecInteractiveMode::Always)) {
                 return Err(AuthError::Interactive(command));
             }
-            return Ok(Credentials::Exec { plugin: Box::new(plugin.clone()), current: tokio::sync::Mutex::new(None) });
+            return Ok(Credentials::Exec {
+                command,
+                plugin: Box::new(plugin.clone()),
+                current: tokio::sync::Mutex::new(None),
+            });
         }
         Ok(Credentials::None)
     }
@@ -112,7 +123,7 @@ impl Credentials {
                 }
                 Ok(Some(current.0.clone()))
             }
-            Credentials::Exec { plugin, current } => {
+            Credentials::Exec { command, plugin, current } => {
                 let mut current = current.lock().await;
                 let due = |expiry: &Option<jiff::Timestamp>| {
                     expiry.is_some_and(|at| at.duration_since(jiff::Timestamp::now()) <= EXPIRY_MARGIN)
@@ -120,7 +131,7 @@ impl Credentials {
                 match current.as_ref() {
                     Some((header, expiry)) if !due(expiry) => Ok(Some(header.clone())),
                     _ => {
-                        let fresh = run_plugin(plugin).await?;
+                        let fresh = run_plugin(command, plugin).await?;
                         let header = fresh.0.clone();
                         *current = Some(fresh);
                         Ok(Some(header))
@@ -148,8 +159,7 @@ fn read_token_file(path: &PathBuf) -> Result<HeaderValue, AuthError> {
 
 /// Runs the plugin as client-go does (`KUBERNETES_EXEC_INFO` set, no terminal) and reads the
 /// ExecCredential it prints: the token and when it expires.
-async fn run_plugin(plugin: &ExecConfig) -> Result<(HeaderValue, Option<jiff::Timestamp>), AuthError> {
-    let command = plugin.command.clone().ok_or(AuthError::NoCommand)?;
+async fn run_plugin(command: &str, plugin: &ExecConfig) -> Result<(HeaderValue, Option<jiff::Timestamp>), AuthError> {
     let api_version = plugin.api_version.as_deref().unwrap_or("client.authentication.k8s.io/v1");
     let mut spec = serde_json::json!({"interactive": false});
     if plugin.provide_cluster_info
@@ -159,7 +169,7 @@ async fn run_plugin(plugin: &ExecConfig) -> Result<(HeaderValue, Option<jiff::Ti
         spec["cluster"] = cluster;
     }
     let info = serde_json::json!({"apiVersion": api_version, "kind": "ExecCredential", "spec": spec});
-    let mut child = tokio::process::Command::new(&command);
+    let mut child = tokio::process::Command::new(command);
     child.args(plugin.args.iter().flatten()).env("KUBERNETES_EXEC_INFO", info.to_string());
     for name in plugin.drop_env.iter().flatten() {
         child.env_remove(name);
@@ -174,13 +184,13 @@ async fn run_plugin(plugin: &ExecConfig) -> Result<(HeaderValue, Option<jiff::Ti
         .kill_on_drop(true)
         .output()
         .await
-        .map_err(|source| AuthError::Spawn { command: command.clone(), source })?;
+        .map_err(|source| AuthError::Spawn { command: command.to_owned(), source })?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         let stderr = stderr.trim().chars().take(STDERR_SHOWN).collect();
-        return Err(AuthError::PluginFailed { command, status: output.status, stderr });
+        return Err(AuthError::PluginFailed { command: command.to_owned(), status: output.status, stderr });
     }
-    let no_token = |detail: &str| AuthError::NoToken { command: command.clone(), detail: detail.to_owned() };
+    let no_token = |detail: &str| AuthError::NoToken { command: command.to_owned(), detail: detail.to_owned() };
     let credential: serde_json::Value =
         serde_json::from_slice(&output.stdout).map_err(|e| no_token(&format!("not JSON ({e})")))?;
     let Some(token) = credential.pointer("/status/token").and_then(|t| t.as_str()).filter(|t| !t.is_empty()) else {

@@ -41,6 +41,12 @@ pub enum TlsError {
     Verifier(#[from] rustls::client::VerifierBuilderError),
 }
 
+/// The crypto provider every configuration here names (not the process default, which panics
+/// when two providers are compiled in).
+fn ring() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
 /// The client TLS configuration for `config` (no ALPN: the connector sets it).
 pub fn client_config(config: &kube::Config) -> Result<ClientConfig, TlsError> {
     let verifier: Arc<dyn ServerCertVerifier> = if config.accept_invalid_certs {
@@ -51,12 +57,9 @@ pub fn client_config(config: &kube::Config) -> Result<ClientConfig, TlsError> {
         verifier_for(roots.iter().map(|der| CertificateDer::from(der.as_slice())).collect())?
     } else {
         // No CA named: the system's trust store, as client-go does.
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        Arc::new(rustls_platform_verifier::Verifier::new(provider)?)
+        Arc::new(rustls_platform_verifier::Verifier::new(ring())?)
     };
-    // The provider named, not the process default (which panics when two are compiled in).
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(provider)
+    let builder = ClientConfig::builder_with_provider(ring())
         .with_safe_default_protocol_versions()?
         .dangerous()
         .with_custom_certificate_verifier(verifier);
@@ -71,8 +74,7 @@ fn verifier_for(roots: Vec<CertificateDer<'_>>) -> Result<Arc<WebPkiServerVerifi
     for root in roots {
         store.add(root)?;
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Ok(WebPkiServerVerifier::builder_with_provider(Arc::new(store), provider).build()?)
+    Ok(WebPkiServerVerifier::builder_with_provider(Arc::new(store), ring()).build()?)
 }
 
 type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
@@ -205,7 +207,7 @@ pub struct AnyServer(rustls::crypto::WebPkiSupportedAlgorithms);
 
 impl AnyServer {
     pub fn new() -> Arc<Self> {
-        Arc::new(AnyServer(rustls::crypto::ring::default_provider().signature_verification_algorithms))
+        Arc::new(AnyServer(ring().signature_verification_algorithms))
     }
 }
 
