@@ -21,8 +21,13 @@ pub fn dns1123_problem(name: &str, label: bool) -> Option<&'static str> {
         });
     }
     let alphanumeric = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric());
-    if !alphanumeric(name.bytes().next()) || !alphanumeric(name.bytes().last()) {
+    // A subdomain is labels joined by dots: each starts and ends with a letter or digit.
+    let bad_part = |part: &str| !alphanumeric(part.bytes().next()) || !alphanumeric(part.bytes().last());
+    if bad_part(name) {
         return Some("must start and end with a letter or digit");
+    }
+    if name.split('.').any(bad_part) {
+        return Some("each part between dots must start and end with a letter or digit");
     }
     None
 }
@@ -38,7 +43,8 @@ mod tests {
         assert!(dns1123_problem(&"a".repeat(254), false).is_some());
         assert!(dns1123_problem("data.1", true).is_some());
         assert!(dns1123_problem(&"a".repeat(64), true).is_some());
-        for bad in ["", "../../etc", "数据", "Data", "-a", "a-", "a b"] {
+        assert_eq!(dns1123_problem("rook-ceph.rbd.csi.ceph.com-nodeplugin-7xk2p", false), None);
+        for bad in ["", "../../etc", "数据", "Data", "-a", "a-", "a b", "a..b", "a.-b", "a-.b"] {
             assert!(dns1123_problem(bad, false).is_some(), "{bad:?}");
         }
     }

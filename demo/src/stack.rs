@@ -38,10 +38,11 @@ pub struct Options {
 }
 
 impl Options {
-    /// The demo: our builds throughout, manager and sidecars talking over loopback without tokens
-    /// (TokenReview and --allowed-identities are exercised by the sidecar suites and the interop one).
+    /// The demo: our builds throughout, with the shipped defaults: the manager calls each sidecar
+    /// over TLS with its ServiceAccount token, which the sidecar checks with TokenReview against
+    /// `--allowed-identities`.
     pub fn demo(dir: PathBuf, bin_dir: PathBuf, csi_provisioner: PathBuf) -> Self {
-        Options { dir, bin_dir, csi_provisioner, sidecar: Build::Ours, manager: Build::Ours, auth: false }
+        Options { dir, bin_dir, csi_provisioner, sidecar: Build::Ours, manager: Build::Ours, auth: true }
     }
 
     /// Whether a half runs upstream's build.
@@ -123,6 +124,12 @@ impl Stack {
             ));
         }
         say("registering a sidecar next to each plugin (Pods of a StatefulSet and a DaemonSet; no kubelet runs)");
+        if options.auth {
+            say("authentication on, as shipped: the sidecars serve TLS (self-signed) and accept only a bearer token \
+                 that TokenReview says is csi-addons-controller-manager's");
+        } else {
+            say("authentication OFF (--enable-auth=false): not a configuration to ship");
+        }
         let admin = stack.control_plane.kubeconfig_path().to_path_buf();
         // Upstream's sidecars run as one ServiceAccount, as a driver's Pods do.
         let sidecar_account = match &options.sidecar {

@@ -100,9 +100,20 @@ pub fn desired(feature: Feature, precedence: SchedulePrecedence, sources: &Sourc
         .flatten()
         .collect(),
     };
-    // The first source that says anything about `enable` decides it.
+    // `enable: "false"` on any source that counts turns the feature off, as upstream: a PVC's
+    // "true" does not override an administrator's "false" on its Namespace or StorageClass. The
+    // Namespace's counts whether or not the driver offers the feature (only its schedule waits
+    // for that); in storage-class mode only the StorageClass counts.
     let enable_key = feature.enable_key();
-    if ordered.iter().find_map(|(_, annotations)| annotations.get(&enable_key)).is_some_and(|v| v.trim() == "false") {
+    let disabled =
+        |annotations: &BTreeMap<String, String>| annotations.get(&enable_key).is_some_and(|v| v.trim() == "false");
+    let off = match precedence {
+        SchedulePrecedence::StorageClass => sources.storage_class.is_some_and(disabled),
+        SchedulePrecedence::Pvc => {
+            [Some(sources.pvc), sources.namespace, sources.storage_class].into_iter().flatten().any(disabled)
+        }
+    };
+    if off {
         return Desired::Absent;
     }
     let schedule_key = feature.schedule_key();
@@ -226,7 +237,32 @@ mod tests {
     }
 
     #[test]
-    fn enable_false_wins_where_it_is_closest_and_bad_schedules_fall_back() {
+    fn enable_false_anywhere_turns_the_feature_off_in_pvc_mode() {
+        let enable = Feature::ReclaimSpace.enable_key();
+        let (on, off) = (map(&[(RS, "@daily"), (&enable, "true")]), map(&[(&enable, "false")]));
+        let sc = map(&[(RS, "@weekly")]);
+        // A PVC's "true" does not override a Namespace's "false", even where the driver does not
+        // offer the feature (the Namespace's schedule would not count there; its "false" does).
+        for driver_offers in [true, false] {
+            let sources = Sources { pvc: &on, namespace: Some(&off), storage_class: Some(&sc), driver_offers };
+            assert_eq!(desired(Feature::ReclaimSpace, SchedulePrecedence::Pvc, &sources), Desired::Absent);
+        }
+        // Nor a StorageClass's "false".
+        let sources = Sources { pvc: &on, namespace: None, storage_class: Some(&off), driver_offers: true };
+        assert_eq!(desired(Feature::ReclaimSpace, SchedulePrecedence::Pvc, &sources), Desired::Absent);
+        // In storage-class mode, the class's own "false" alone counts.
+        let class = map(&[(RS, "@weekly"), (&enable, "false")]);
+        let sources = Sources { pvc: &on, namespace: None, storage_class: Some(&class), driver_offers: true };
+        assert_eq!(desired(Feature::ReclaimSpace, SchedulePrecedence::StorageClass, &sources), Desired::Absent);
+        let sources = Sources { pvc: &off, namespace: Some(&off), storage_class: Some(&sc), driver_offers: true };
+        assert_eq!(
+            desired(Feature::ReclaimSpace, SchedulePrecedence::StorageClass, &sources),
+            present("@weekly", Source::StorageClass)
+        );
+    }
+
+    #[test]
+    fn a_pvcs_enable_false_wins_and_bad_schedules_fall_back() {
         let pvc = map(&[(KR_ENABLE, "false")]);
         let sc = map(&[(KR, "@daily"), (KR_ENABLE, "true")]);
         let sources = Sources { pvc: &pvc, namespace: None, storage_class: Some(&sc), driver_offers: true };

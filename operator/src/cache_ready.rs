@@ -26,8 +26,8 @@ impl Ready {
         self.0.clone().wait_for(|ready| *ready).await.map(|_| ()).map_err(|_| Stopped)
     }
 
-    #[cfg(test)]
-    fn is_ready(&self) -> bool {
+    /// Whether the cache has had its first full list, now.
+    pub fn is_ready(&self) -> bool {
         *self.0.borrow()
     }
 }

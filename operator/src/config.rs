@@ -89,7 +89,8 @@ impl Settings {
                     settings.csi_addons_node_retry_delay = Duration::from_secs(seconds);
                 }
                 "cronjob-stagger-window" => {
-                    let hours = flags::at_least_one(value).map_err(|why| bad("cronjob-stagger-window", why))?;
+                    // 0 turns the stagger off, as upstream documents.
+                    let hours = flags::whole_number(value).map_err(|why| bad("cronjob-stagger-window", why))?;
                     settings.cronjob_stagger_window = Duration::from_secs(hours.saturating_mul(HOUR));
                 }
                 "volume-health-cleanup-interval" => {
@@ -201,6 +202,12 @@ mod tests {
         assert_eq!(settings.volume_health_stale_threshold, Duration::from_secs(4 * 3600));
         assert_eq!(base().changes(&settings).len(), 8);
         assert!(base().changes(&base()).is_empty());
+    }
+
+    #[test]
+    fn a_stagger_window_of_zero_turns_the_stagger_off() {
+        let off = Settings::with_config_map(&base(), &data(&[("cronjob-stagger-window", "0")])).unwrap();
+        assert_eq!(off.cronjob_stagger_window, Duration::ZERO);
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub enum ReconcileError {
     Transient(String),
 }
 
+/// A job's outcome not yet written (reclaimed bytes, or why it failed), and its attempts in all.
+pub type UnrecordedResult = (Result<Option<i64>, String>, u32);
+
 /// Shared by every reconciler.
 pub struct Context {
     pub client: kube::Client,
@@ -52,8 +55,8 @@ pub struct Context {
     pub finished_jobs: Mutex<HashSet<String>>,
     /// Jobs whose operation ran but whose result could not be written (the API server was away):
     /// UID → the outcome (reclaimed bytes, or the failure), written on the next pass instead of
-    /// running the operation again.
-    pub unrecorded_results: Mutex<HashMap<String, Result<Option<i64>, String>>>,
+    /// running the operation again; with the attempts made in all.
+    pub unrecorded_results: Mutex<HashMap<String, UnrecordedResult>>,
     /// CSIAddonsNode UID → when its next connection attempt is due (seconds): our own status
     /// write triggers a pass at once, which must not cut the backoff short.
     pub node_retry_at: Mutex<HashMap<String, i64>>,

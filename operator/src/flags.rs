@@ -37,6 +37,11 @@ pub fn group_pvc_limit(text: &str) -> Result<u32, String> {
 }
 
 /// A whole number of at least 1 (seconds or hours, per flag).
+/// A whole number, zero included.
+pub fn whole_number(text: &str) -> Result<u64, String> {
+    text.trim().parse::<u64>().map_err(|_| format!("{text:?} is not a whole number"))
+}
+
 pub fn at_least_one(text: &str) -> Result<u64, String> {
     match text.trim().parse::<u64>() {
         Ok(0) | Err(_) => Err(format!("{text:?} is not a whole number of at least 1")),
@@ -114,8 +119,9 @@ pub struct ManagerCli {
     /// Seconds before a CSIAddonsNode whose sidecar could not be reached is tried again.
     #[arg(long, env = "CSI_ADDONS_NODE_RETRY_DELAY", default_value = "5", value_parser = at_least_one)]
     pub csi_addons_node_retry_delay: u64,
-    /// Hours over which the start times of annotation-made cron jobs are spread.
-    #[arg(long, env = "CRONJOB_STAGGER_WINDOW", default_value = "2", value_parser = at_least_one)]
+    /// Hours over which the start times of annotation-made cron jobs are spread; 0 turns the
+    /// stagger off (every run starts at its scheduled time).
+    #[arg(long, env = "CRONJOB_STAGGER_WINDOW", default_value = "2", value_parser = whole_number)]
     pub cronjob_stagger_window: u64,
     /// Remove stale volume-health annotations from PVCs.
     #[arg(long, env = "ENABLE_VOLUME_HEALTH_CLEANUP", default_value = "true", num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
@@ -266,6 +272,9 @@ mod tests {
             SchedulePrecedence::StorageClass
         );
         assert_eq!(parse(&["-v=3"]).unwrap().log_level(), Some("debug"));
+        // Zero is upstream's documented way to turn the stagger off.
+        assert_eq!(parse(&["--cronjob-stagger-window=0"]).unwrap().cronjob_stagger_window, 0);
+        assert!(parse(&["--cronjob-stagger-window=-1"]).is_err());
     }
 
     #[test]

@@ -82,16 +82,36 @@ pub enum ReclaimCall {
     Controller,
 }
 
+/// What the pool holds for a reclaim: which sides can be called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReclaimSides {
+    /// A sidecar on the node where the volume is attached offers online reclaim.
+    pub node_online: bool,
+    /// Some sidecar of the driver, on any node, offers online reclaim.
+    pub driver_online: bool,
+    /// The driver's leader sidecar offers offline reclaim.
+    pub leader_offline: bool,
+}
+
 /// Which calls reclaim space for a volume, as upstream routes them: node-side on the node where
 /// it is attached, if that node's sidecar offers online reclaim; controller-side if the leader
-/// offers offline reclaim. A driver offering only one of the two works (upstream requires the
-/// controller side). `Err` says what is missing.
-pub fn reclaim_plan(
-    driver: &str,
-    attached_to: Option<&str>,
-    node_online: bool,
-    leader_offline: bool,
-) -> Result<Vec<ReclaimCall>, String> {
+/// offers offline reclaim. An attached volume of a driver whose node sidecars offer online reclaim
+/// waits for the sidecar of its node, as upstream ("node client not found"): reclaiming on the
+/// controller side alone would leave the mounted filesystem's free blocks untrimmed and still
+/// report success. A driver without online reclaim anywhere reclaims on the controller side, and
+/// one without offline reclaim on the node side (upstream requires the controller side). `Err`
+/// says what is missing.
+pub fn reclaim_plan(driver: &str, attached_to: Option<&str>, sides: ReclaimSides) -> Result<Vec<ReclaimCall>, String> {
+    let ReclaimSides { node_online, driver_online, leader_offline } = sides;
+    if let Some(node) = attached_to
+        && !node_online
+        && driver_online
+    {
+        return Err(format!(
+            "node client not found: no sidecar of {driver} on node {node}, where the volume is attached, offers \
+             reclaim_space.ONLINE (the driver's sidecars on other nodes do)"
+        ));
+    }
     let mut calls = Vec::new();
     if let Some(node) = attached_to
         && node_online
@@ -153,14 +173,24 @@ mod tests {
     #[test]
     fn reclaim_routing_uses_what_the_driver_offers() {
         use ReclaimCall::*;
-        assert_eq!(reclaim_plan("d", Some("n1"), true, true), Ok(vec![Node("n1".into()), Controller]));
-        assert_eq!(reclaim_plan("d", None, true, true), Ok(vec![Controller]));
-        assert_eq!(reclaim_plan("d", Some("n1"), true, false), Ok(vec![Node("n1".into())]), "online only works");
-        assert_eq!(reclaim_plan("d", Some("n1"), false, true), Ok(vec![Controller]));
-        let err = reclaim_plan("rbd.csi.ceph.com", None, true, false).unwrap_err();
+        let sides =
+            |node_online, driver_online, leader_offline| ReclaimSides { node_online, driver_online, leader_offline };
+        assert_eq!(reclaim_plan("d", Some("n1"), sides(true, true, true)), Ok(vec![Node("n1".into()), Controller]));
+        assert_eq!(reclaim_plan("d", None, sides(false, true, true)), Ok(vec![Controller]));
+        assert_eq!(
+            reclaim_plan("d", Some("n1"), sides(true, true, false)),
+            Ok(vec![Node("n1".into())]),
+            "online only works"
+        );
+        // No online reclaim anywhere: the controller side alone.
+        assert_eq!(reclaim_plan("d", Some("n1"), sides(false, false, true)), Ok(vec![Controller]));
+        let err = reclaim_plan("rbd.csi.ceph.com", None, sides(false, true, false)).unwrap_err();
         assert!(err.contains("not attached") && err.contains("rbd.csi.ceph.com"), "{err}");
-        let err = reclaim_plan("d", Some("n1"), false, false).unwrap_err();
+        let err = reclaim_plan("d", Some("n1"), sides(false, false, false)).unwrap_err();
         assert!(err.contains("node n1"), "{err}");
+        // The node's sidecar is missing while others offer online reclaim: wait for it.
+        let err = reclaim_plan("d", Some("n1"), sides(false, true, true)).unwrap_err();
+        assert!(err.contains("node client not found") && err.contains("node n1"), "{err}");
     }
 
     #[test]

@@ -28,15 +28,16 @@ pub fn parse_endpoint(endpoint: &str) -> Result<Target, String> {
     let port_of = |text: &str| text.parse::<u16>().map_err(|_| format!("{text:?} is not a port number"));
     if let Some(rest) = endpoint.strip_prefix("pod://") {
         let (host, port) = rest.rsplit_once(':').ok_or("a pod:// endpoint needs a port")?;
-        let (name, namespace) = host.split_once('.').ok_or("a pod:// endpoint is pod://<pod>.<namespace>:<port>")?;
-        if name.is_empty() || namespace.is_empty() || namespace.contains('.') {
-            return Err("a pod:// endpoint is pod://<pod>.<namespace>:<port>".into());
-        }
+        // A Pod name is a DNS subdomain and may hold dots (ceph-csi-operator names Pods after the
+        // driver: `rook-ceph.rbd.csi.ceph.com-nodeplugin-7xk2p`); a namespace is a label and holds
+        // none, so the namespace is what follows the last dot.
+        let (name, namespace) = host.rsplit_once('.').ok_or("a pod:// endpoint is pod://<pod>.<namespace>:<port>")?;
         // Checked here, not left to a Pod lookup that can only say "not found" for ever.
-        for (what, text) in [("pod name", name), ("namespace", namespace)] {
-            if let Some(why) = api::names::dns1123_problem(text, true) {
-                return Err(format!("{what} {text:?} is not a DNS-1123 label: {why}"));
-            }
+        if let Some(why) = api::names::dns1123_problem(name, false) {
+            return Err(format!("pod name {name:?} is not a DNS-1123 subdomain: {why}"));
+        }
+        if let Some(why) = api::names::dns1123_problem(namespace, true) {
+            return Err(format!("namespace {namespace:?} is not a DNS-1123 label: {why}"));
         }
         return Ok(Target::Pod { name: name.to_owned(), namespace: namespace.to_owned(), port: port_of(port)? });
     }
@@ -152,6 +153,11 @@ impl Pool {
         map.retain(|_, c| c.namespace != namespace || c.name != name);
     }
 
+    /// Whether CSIAddonsNode `namespace/name` has a pooled connection.
+    pub fn holds_node(&self, namespace: &str, name: &str) -> bool {
+        self.read().values().any(|c| c.namespace == namespace && c.name == name)
+    }
+
     pub fn remove(&self, key: &str) -> Option<Arc<Connection>> {
         self.connections.write().unwrap_or_else(std::sync::PoisonError::into_inner).remove(key)
     }
@@ -233,14 +239,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pod_endpoints_name_dns_labels() {
-        for bad in ["pod://ポッド.名前空間:9070", "pod://Pod.ns:9070", "pod://p-.ns:9070", "pod://p.-ns:9070"] {
+    fn pod_endpoints_name_a_subdomain_and_a_label() {
+        for bad in [
+            "pod://ポッド.名前空間:9070",
+            "pod://Pod.ns:9070",
+            "pod://p-.ns:9070",
+            "pod://p.-ns:9070",
+            "pod://.ns:9070",
+        ] {
             let why = parse_endpoint(bad).unwrap_err();
-            assert!(why.contains("DNS-1123 label"), "{bad}: {why}");
+            assert!(why.contains("DNS-1123"), "{bad}: {why}");
         }
-        let long = format!("pod://{}.ns:1", "a".repeat(64));
-        assert!(parse_endpoint(&long).is_err());
-        assert!(parse_endpoint(&format!("pod://{}.ns:1", "a".repeat(63))).is_ok());
+        // A namespace is a label (at most 63), a Pod name a subdomain (at most 253).
+        assert!(parse_endpoint(&format!("pod://p.{}:1", "a".repeat(64))).is_err());
+        assert!(parse_endpoint(&format!("pod://{}.ns:1", "a".repeat(253))).is_ok());
+        assert!(parse_endpoint(&format!("pod://{}.ns:1", "a".repeat(254))).is_err());
+    }
+
+    #[test]
+    fn pod_names_with_dots_split_at_the_last_dot() {
+        // ceph-csi-operator's node plugin Pod, named after its driver.
+        assert_eq!(
+            parse_endpoint("pod://rook-ceph.rbd.csi.ceph.com-nodeplugin-7xk2p.rook-ceph:9070"),
+            Ok(Target::Pod {
+                name: "rook-ceph.rbd.csi.ceph.com-nodeplugin-7xk2p".into(),
+                namespace: "rook-ceph".into(),
+                port: 9070
+            })
+        );
+        let why = parse_endpoint("pod://a..b.ns:1").unwrap_err();
+        assert!(why.contains("pod name"), "{why}");
     }
 
     #[test]

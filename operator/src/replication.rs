@@ -180,7 +180,34 @@ pub fn subject(source_kind: &str) -> &'static str {
     if source_kind == "VolumeGroupReplication" { "volume group" } else { "volume" }
 }
 
-/// Conditions after promoting.
+/// A gRPC error as upstream's messages show it (Go's `err.Error()`):
+/// `rpc error: code = <Code> desc = <message>`.
+pub fn go_error(status: &tonic::Status) -> String {
+    use tonic::Code;
+    let code = match status.code() {
+        Code::Ok => "OK",
+        Code::Cancelled => "Canceled",
+        Code::Unknown => "Unknown",
+        Code::InvalidArgument => "InvalidArgument",
+        Code::DeadlineExceeded => "DeadlineExceeded",
+        Code::NotFound => "NotFound",
+        Code::AlreadyExists => "AlreadyExists",
+        Code::PermissionDenied => "PermissionDenied",
+        Code::ResourceExhausted => "ResourceExhausted",
+        Code::FailedPrecondition => "FailedPrecondition",
+        Code::Aborted => "Aborted",
+        Code::OutOfRange => "OutOfRange",
+        Code::Unimplemented => "Unimplemented",
+        Code::Internal => "Internal",
+        Code::Unavailable => "Unavailable",
+        Code::DataLoss => "DataLoss",
+        Code::Unauthenticated => "Unauthenticated",
+    };
+    format!("rpc error: code = {code} desc = {}", status.message())
+}
+
+/// Conditions after promoting. `Validated` is set too (upstream leaves it as an earlier failure
+/// left it, with that pass's generation, which a DR orchestrator reads as stale for ever).
 pub fn promoted(conditions: &[Condition], subject: &str, generation: Option<i64>) -> Vec<Condition> {
     let set = [
         ("Completed", true, "Promoted", "is promoted to primary and replicating to secondary"),
@@ -203,12 +230,12 @@ pub fn demoted(conditions: &[Condition], subject: &str, generation: Option<i64>)
     out
 }
 
-/// Conditions after a resync: still resyncing, or done (`ready`).
+/// Conditions after a resync call: still resyncing, or in step with the primary (`ready`).
 pub fn resynced(conditions: &[Condition], subject: &str, generation: Option<i64>, ready: bool) -> Vec<Condition> {
     let set: &[(&str, bool, &str, &str)] = if ready {
         &[
             ("Completed", true, "Demoted", "is demoted to secondary"),
-            ("Degraded", false, "Healthy", "is healthy"),
+            ("Degraded", false, "Healthy", "is demoted to secondary"),
             ("Resyncing", false, "NotResyncing", "is not resyncing"),
         ]
     } else {
@@ -223,51 +250,124 @@ pub fn resynced(conditions: &[Condition], subject: &str, generation: Option<i64>
     out
 }
 
-/// Conditions after a failed call, with the driver's words.
+/// What a failure was trying to do: promote (enable included), demote, or resync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempt {
+    Promote,
+    Demote,
+    Resync,
+}
+
+impl Attempt {
+    /// The attempt of a call.
+    pub fn of_call(call: Call) -> Self {
+        match call {
+            Call::Enable | Call::Promote => Attempt::Promote,
+            Call::Demote => Attempt::Demote,
+            Call::Resync { .. } => Attempt::Resync,
+        }
+    }
+
+    /// The attempt the spec asks for (a failure before any call is one of it).
+    pub fn of_spec(desired: ReplicationState) -> Self {
+        match desired {
+            ReplicationState::Primary => Attempt::Promote,
+            ReplicationState::Secondary => Attempt::Demote,
+            ReplicationState::Resync => Attempt::Resync,
+        }
+    }
+}
+
+/// Conditions after a failure, as upstream's: `Completed` False with `what` failed (for example
+/// "failed to promote volume"), `Degraded` True with the detail, `Resyncing` False; a failed
+/// promotion says the prerequisites were met (`Validated` True).
 pub fn failed(
     conditions: &[Condition],
     subject: &str,
     generation: Option<i64>,
-    call: Call,
-    why: &str,
+    attempt: Attempt,
+    (what, detail): (&str, &str),
 ) -> Vec<Condition> {
-    let (type_, reason, what) = match call {
-        Call::Enable | Call::Promote => ("Completed", "FailedToPromote", "failed to promote"),
-        Call::Demote => ("Completed", "FailedToDemote", "failed to demote"),
-        Call::Resync { .. } => ("Resyncing", "FailedToResync", "failed to resync"),
+    let (reason, verb, resyncing_reason) = match attempt {
+        Attempt::Promote => ("FailedToPromote", "promote", "NotResyncing"),
+        Attempt::Demote => ("FailedToDemote", "demote", "NotResyncing"),
+        Attempt::Resync => ("FailedToResync", "resync", "FailedToResync"),
     };
-    let message = format!("{subject} {what}: {why}");
-    let mut out = set_condition(conditions, condition(type_, false, reason, &message, generation));
-    out = set_condition(&out, condition("Degraded", true, "Error", &message, generation));
+    let mut out = set_condition(conditions, condition("Completed", false, reason, what, generation));
+    let degraded = format!("{subject} failed to {verb}: {detail}");
+    out = set_condition(&out, condition("Degraded", true, "Error", &degraded, generation));
+    let resyncing = format!("{subject} is not resyncing");
+    out = set_condition(&out, condition("Resyncing", false, resyncing_reason, &resyncing, generation));
+    if attempt == Attempt::Promote {
+        let validated = format!("{subject} is validated and met all prerequisites");
+        out = set_condition(&out, condition("Validated", true, "PrerequisiteMet", &validated, generation));
+    }
     out
 }
 
-/// Conditions when the driver refuses to enable replication (FAILED_PRECONDITION).
+/// Conditions when the driver refuses to enable replication (FAILED_PRECONDITION): the
+/// prerequisites are not met (`Validated` False), and the promotion failed.
 pub fn prerequisite_not_met(
     conditions: &[Condition],
     subject: &str,
     generation: Option<i64>,
-    why: &str,
+    (what, detail): (&str, &str),
 ) -> Vec<Condition> {
-    let message = format!("{subject} failed to meet prerequisite: {why}");
-    set_condition(conditions, condition("Validated", false, "PrerequisiteNotMet", &message, generation))
+    let promote = format!("{subject} failed to promote");
+    let mut out = set_condition(conditions, condition("Completed", false, "FailedToPromote", &promote, generation));
+    out = set_condition(&out, condition("Degraded", true, "Error", what, generation));
+    let resyncing = format!("{subject} is not resyncing");
+    out = set_condition(&out, condition("Resyncing", false, "NotResyncing", &resyncing, generation));
+    let validated = format!("failed to meet prerequisite: {detail}");
+    set_condition(&out, condition("Validated", false, "PrerequisiteNotMet", &validated, generation))
 }
 
 /// The `Replicating` condition from a replication info status (HEALTHY, DEGRADED, ERROR, else
-/// unknown).
+/// unknown), with the driver's message after a colon, as upstream writes it.
 pub fn replicating(subject: &str, info_status: &str, detail: &str, generation: Option<i64>) -> Condition {
     let (status, reason, what) = match info_status {
         "HEALTHY" => ("True", "Replicating", "is replicating"),
         "DEGRADED" | "ERROR" => ("False", "NotReplicating", "is not replicating"),
-        _ => ("Unknown", "Unknown", "replication status is unknown"),
+        _ => ("Unknown", "Replicating", "replication status is unknown"),
     };
-    let mut message = format!("{subject} {what}");
-    if !detail.is_empty() {
-        message.push_str(&format!(": {detail}"));
-    }
-    let mut next = condition("Replicating", true, reason, &message, generation);
+    let mut next = condition("Replicating", true, reason, &format!("{subject} {what}: {detail}"), generation);
     next.status = status.into();
     next
+}
+
+/// The `DestinationInfoAvailable` condition type.
+pub const DESTINATION_CONDITION: &str = "DestinationInfoAvailable";
+
+/// Where the destination of a volume or group stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Destination {
+    Available,
+    Pending,
+    Failed(String),
+    /// The sidecar has no GetReplicationDestinationInfo (upstream's v0.14.0): nothing to wait for.
+    NotSupported,
+}
+
+/// The `DestinationInfoAvailable` condition for `destination`, with upstream's reasons and
+/// messages (NotSupported is ours).
+pub fn destination_condition(subject: &str, destination: &Destination, generation: Option<i64>) -> Condition {
+    let (status, reason, message) = match destination {
+        Destination::Available => (true, "DestinationInfoUpdated", format!("{subject} destination info is available")),
+        Destination::Pending => {
+            (false, "DestinationInfoPending", format!("{subject} destination info is pending update"))
+        }
+        Destination::Failed(why) => {
+            (false, "FailedToGetDestinationInfo", format!("{subject} failed to get destination info: {why}"))
+        }
+        Destination::NotSupported => (
+            false,
+            "NotSupported",
+            format!(
+                "{subject} destination info is not available: the sidecar does not support GetReplicationDestinationInfo"
+            ),
+        ),
+    };
+    condition(DESTINATION_CONDITION, status, reason, &message, generation)
 }
 
 fn apply(
@@ -355,30 +455,85 @@ mod tests {
 
     #[test]
     fn conditions_carry_upstreams_reasons_and_messages() {
+        let of = |conditions: &[Condition], type_: &str| conditions.iter().find(|c| c.type_ == type_).cloned().unwrap();
         let promoted = promoted(&[], "volume", Some(1));
-        let completed = promoted.iter().find(|c| c.type_ == "Completed").unwrap();
+        let completed = of(&promoted, "Completed");
         assert_eq!((completed.reason.as_str(), completed.status.as_str()), ("Promoted", "True"));
         assert_eq!(completed.message, "volume is promoted to primary and replicating to secondary");
         let demoted = demoted(&promoted, "volume group", Some(2));
-        let degraded = demoted.iter().find(|c| c.type_ == "Degraded").unwrap();
+        let degraded = of(&demoted, "Degraded");
         assert_eq!(
             (degraded.reason.as_str(), degraded.message.as_str()),
             ("VolumeDegraded", "volume group is degraded")
         );
+        assert!(demoted.iter().all(|c| c.type_ == "Validated" || c.observed_generation == Some(2)));
         let resyncing = resynced(&demoted, "volume", Some(2), false);
-        assert!(
-            resyncing.iter().any(|c| c.type_ == "Resyncing" && c.status == "True" && c.reason == "ResyncTriggered")
-        );
-        let failed = failed(&[], "volume", Some(3), Call::Promote, "RESOURCE_EXHAUSTED: full");
-        let completed = failed.iter().find(|c| c.type_ == "Completed").unwrap();
-        assert_eq!(completed.reason, "FailedToPromote");
-        assert_eq!(completed.message, "volume failed to promote: RESOURCE_EXHAUSTED: full");
+        assert_eq!(of(&resyncing, "Resyncing").reason, "ResyncTriggered");
+        let ready = resynced(&resyncing, "volume", Some(2), true);
+        let degraded = of(&ready, "Degraded");
+        assert_eq!((degraded.status.as_str(), degraded.message.as_str()), ("False", "volume is demoted to secondary"));
         assert_eq!(replicating("volume", "HEALTHY", "", None).status, "True");
+        assert_eq!(replicating("volume", "HEALTHY", "", None).message, "volume is replicating: ");
         assert_eq!(
             replicating("volume", "DEGRADED", "slow link", None).message,
             "volume is not replicating: slow link"
         );
-        assert_eq!(replicating("volume", "UNKNOWN", "", None).status, "Unknown");
+        let unknown = replicating("volume", "UNKNOWN", "", None);
+        assert_eq!((unknown.status.as_str(), unknown.reason.as_str()), ("Unknown", "Replicating"));
+    }
+
+    #[test]
+    fn failures_set_upstreams_four_conditions() {
+        let of = |conditions: &[Condition], type_: &str| conditions.iter().find(|c| c.type_ == type_).cloned();
+        let status = tonic::Status::resource_exhausted("full");
+        let detail = go_error(&status);
+        assert_eq!(detail, "rpc error: code = ResourceExhausted desc = full");
+        let promote = failed(&[], "volume", Some(3), Attempt::Promote, ("failed to promote volume", &detail));
+        let completed = of(&promote, "Completed").unwrap();
+        assert_eq!(
+            (completed.reason.as_str(), completed.message.as_str()),
+            ("FailedToPromote", "failed to promote volume")
+        );
+        let degraded = of(&promote, "Degraded").unwrap();
+        assert_eq!(degraded.message, "volume failed to promote: rpc error: code = ResourceExhausted desc = full");
+        assert_eq!(of(&promote, "Validated").unwrap().reason, "PrerequisiteMet");
+        assert_eq!(of(&promote, "Resyncing").unwrap().reason, "NotResyncing");
+        // A resync failure takes Completed down too, and says so in Resyncing.
+        let resync = failed(&ready_secondary(), "volume", Some(4), Attempt::Resync, ("failed to resync volume", "x"));
+        let completed = of(&resync, "Completed").unwrap();
+        assert_eq!((completed.status.as_str(), completed.reason.as_str()), ("False", "FailedToResync"));
+        assert_eq!(of(&resync, "Resyncing").unwrap().reason, "FailedToResync");
+        assert!(resync.iter().all(|c| c.observed_generation == Some(4)));
+        let demote = failed(&[], "volume", Some(1), Attempt::Demote, ("failed to demote volume", "x"));
+        assert_eq!(of(&demote, "Completed").unwrap().reason, "FailedToDemote");
+        assert!(of(&demote, "Validated").is_none());
+        let refused = prerequisite_not_met(&[], "volume", Some(1), ("failed to enable volume replication", "why"));
+        let validated = of(&refused, "Validated").unwrap();
+        assert_eq!(
+            (validated.status.as_str(), validated.message.as_str()),
+            ("False", "failed to meet prerequisite: why")
+        );
+        assert_eq!(of(&refused, "Completed").unwrap().message, "volume failed to promote");
+        assert_eq!(of(&refused, "Degraded").unwrap().message, "failed to enable volume replication");
+    }
+
+    fn ready_secondary() -> Vec<Condition> {
+        let demoted = demoted(&[], "volume", Some(4));
+        resynced(&demoted, "volume", Some(4), true)
+    }
+
+    #[test]
+    fn destination_conditions_say_the_subject() {
+        let available = destination_condition("volume group", &Destination::Available, Some(1));
+        assert_eq!((available.status.as_str(), available.reason.as_str()), ("True", "DestinationInfoUpdated"));
+        assert_eq!(available.message, "volume group destination info is available");
+        let pending = destination_condition("volume", &Destination::Pending, Some(1));
+        assert_eq!(pending.message, "volume destination info is pending update");
+        let failed = destination_condition("volume", &Destination::Failed("gone".into()), Some(1));
+        assert_eq!(
+            (failed.reason.as_str(), failed.message.as_str()),
+            ("FailedToGetDestinationInfo", "volume failed to get destination info: gone")
+        );
     }
 
     #[test]

@@ -6,17 +6,15 @@ use std::collections::BTreeMap;
 
 pub const PREFIX: &str = "csiaddons.openshift.io/volumehealth.";
 
-/// The volume-health keys of `annotations` to remove at `now` (seconds): stale ones, and ones
-/// whose value is not the reporter's JSON or has no readable `lastChecked` (nothing could ever
-/// refresh them).
+/// The volume-health keys of `annotations` to remove at `now` (seconds): those whose
+/// `lastChecked` is older than the threshold. A value that is not the reporter's JSON, or has no
+/// readable `lastChecked`, is kept, as upstream keeps it: it was not written by a reporter, so
+/// whoever wrote it owns it.
 pub fn stale_keys(annotations: &BTreeMap<String, String>, now: i64, threshold_secs: i64) -> Vec<String> {
     annotations
         .iter()
         .filter(|(key, _)| key.starts_with(PREFIX))
-        .filter(|(_, value)| match last_checked(value) {
-            Some(checked) => now - checked > threshold_secs,
-            None => true,
-        })
+        .filter(|(_, value)| last_checked(value).is_some_and(|checked| now - checked > threshold_secs))
         .map(|(key, _)| key.clone())
         .collect()
 }
@@ -33,7 +31,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_stale_or_unreadable_health_annotations_go() {
+    fn only_stale_health_annotations_go() {
         // 2026-11-23T12:00:00Z.
         let now = 1_795_435_200;
         let value = |checked: &str| {
@@ -49,6 +47,6 @@ mod tests {
         .collect();
         let mut stale = stale_keys(&annotations, now, 2 * 3600);
         stale.sort();
-        assert_eq!(stale, [format!("{PREFIX}garbage-uid"), format!("{PREFIX}stale-uid")]);
+        assert_eq!(stale, [format!("{PREFIX}stale-uid")], "a value that is not the reporter's is kept");
     }
 }

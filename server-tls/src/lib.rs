@@ -128,6 +128,11 @@ fn provider(settings: &TlsSettings) -> Result<CryptoProvider, TlsError> {
                 pq if pq.contains("MLKEM") || pq.contains("Kyber") => {
                     tracing::warn!(curve = pq, "post-quantum key exchange is not available in this build; skipped");
                 }
+                // A name Go accepts; ring has no P-521. Skipped like the post-quantum names, so a
+                // command line written for upstream's sidecar still starts.
+                p521 @ ("CurveP521" | "P521" | "secp521r1") => {
+                    tracing::warn!(curve = p521, "P-521 is not available in this build; skipped");
+                }
                 other => return Err(TlsError::Curve { name: other.to_owned() }),
             }
         }
@@ -326,5 +331,8 @@ mod tests {
         assert!(with(|s| s.curves = vec!["X25519MLKEM768".into(), "CurveP256".into()]).is_ok());
         assert!(with(|s| s.curves = vec!["X25519MLKEM768".into()]).unwrap_err().contains("no curve"));
         assert!(with(|s| s.curves = vec!["CurveP999".into()]).unwrap_err().contains("CurveP999"));
+        // Go's P-521 name is accepted and skipped; alone it leaves no curve.
+        assert!(with(|s| s.curves = vec!["CurveP521".into(), "CurveP384".into()]).is_ok());
+        assert!(with(|s| s.curves = vec!["CurveP521".into()]).unwrap_err().contains("no curve"));
     }
 }

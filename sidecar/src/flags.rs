@@ -108,12 +108,16 @@ pub struct SidecarCli {
     pub tls_cert_file: Option<String>,
     #[arg(long, env = "TLS_KEY_FILE")]
     pub tls_key_file: Option<String>,
-    /// Identities (TokenReview usernames) allowed to call, comma-separated.
+    /// Identities (TokenReview usernames) allowed to call, comma-separated. `*` may stand for
+    /// the namespace of a ServiceAccount: the default admits the manager's ServiceAccount
+    /// wherever it is installed (`csi-addons-system`, `openshift-storage`, …); name the exact
+    /// identity to admit only the manager of one namespace.
     #[arg(
         long,
         env = "ALLOWED_IDENTITIES",
         value_delimiter = ',',
-        default_value = "system:serviceaccount:csi-addons-system:csi-addons-controller-manager"
+        default_value = "system:serviceaccount:*:csi-addons-controller-manager",
+        value_parser = crate::guard::identity_entry
     )]
     pub allowed_identities: Vec<String>,
     /// The driver's CSI socket, for NodeGetCapabilities (staging) and volume conditions.

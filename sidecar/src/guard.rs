@@ -22,6 +22,42 @@ const CACHE_LIMIT: usize = 1024;
 /// A TokenReview answer: the username, or why the token was refused; and until when it is reused.
 type CachedReview = (Result<String, String>, Instant);
 
+/// The prefix of a ServiceAccount's TokenReview username.
+const SERVICE_ACCOUNT: &str = "system:serviceaccount:";
+
+/// Checks one `--allowed-identities` entry: a username, or a ServiceAccount in any namespace
+/// (`system:serviceaccount:*:<name>`). `*` stands for a whole namespace and nothing else.
+pub fn identity_entry(text: &str) -> Result<String, String> {
+    let entry = text.trim();
+    if !entry.contains('*') {
+        return Ok(entry.to_owned());
+    }
+    let valid = entry
+        .strip_prefix(SERVICE_ACCOUNT)
+        .and_then(|rest| rest.strip_prefix("*:"))
+        .is_some_and(|name| !name.is_empty() && !name.contains(['*', ':']));
+    if valid {
+        Ok(entry.to_owned())
+    } else {
+        Err(format!(
+            "{entry:?}: '*' may only stand for the namespace of a ServiceAccount, as in \
+             system:serviceaccount:*:csi-addons-controller-manager"
+        ))
+    }
+}
+
+/// Whether `user` (a TokenReview username) is one of `allowed`.
+pub fn allows(allowed: &HashSet<String>, user: &str) -> bool {
+    if allowed.contains(user) {
+        return true;
+    }
+    // A ServiceAccount of any namespace: `system:serviceaccount:<namespace>:<name>`.
+    let Some((namespace, name)) = user.strip_prefix(SERVICE_ACCOUNT).and_then(|rest| rest.split_once(':')) else {
+        return false;
+    };
+    !namespace.is_empty() && !name.contains(':') && allowed.contains(&format!("{SERVICE_ACCOUNT}*:{name}"))
+}
+
 /// Who may call.
 pub struct Authenticator {
     client: kube::Client,
@@ -57,7 +93,7 @@ impl Authenticator {
             self.log_once(&format!("invalid:{reason}"), &format!("refused a call with an invalid token: {reason}"));
             Status::unauthenticated(format!("the bearer token was not accepted: {reason}"))
         })?;
-        if self.allowed.contains(&user) {
+        if allows(&self.allowed, &user) {
             return Ok(user);
         }
         self.log_once(&format!("denied:{user}"), &format!("refused a call from {user}: not in --allowed-identities"));
@@ -185,5 +221,47 @@ where
             metrics.rpc_seconds.with_label_values(&[method.as_str()]).observe(started.elapsed().as_secs_f64());
             Ok(response)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allowed(entries: &[&str]) -> HashSet<String> {
+        entries.iter().map(|e| identity_entry(e).unwrap()).collect()
+    }
+
+    #[test]
+    fn a_namespace_wildcard_admits_that_service_account_anywhere_and_nothing_else() {
+        let any = allowed(&["system:serviceaccount:*:csi-addons-controller-manager"]);
+        for user in [
+            "system:serviceaccount:csi-addons-system:csi-addons-controller-manager",
+            "system:serviceaccount:openshift-storage:csi-addons-controller-manager",
+        ] {
+            assert!(allows(&any, user), "{user}");
+        }
+        for user in [
+            "system:serviceaccount:openshift-storage:default",
+            "system:serviceaccount::csi-addons-controller-manager",
+            "system:serviceaccount:a:b:csi-addons-controller-manager",
+            "csi-addons-controller-manager",
+            "system:admin",
+        ] {
+            assert!(!allows(&any, user), "{user}");
+        }
+        let exact = allowed(&["system:serviceaccount:openshift-storage:csi-addons-controller-manager"]);
+        assert!(allows(&exact, "system:serviceaccount:openshift-storage:csi-addons-controller-manager"));
+        assert!(!allows(&exact, "system:serviceaccount:csi-addons-system:csi-addons-controller-manager"));
+    }
+
+    #[test]
+    fn a_wildcard_anywhere_else_is_refused() {
+        for bad in
+            ["*", "system:serviceaccount:ns:*", "system:*:x", "system:serviceaccount:*:", "system:serviceaccount:*:a:b"]
+        {
+            assert!(identity_entry(bad).is_err(), "{bad}");
+        }
+        assert_eq!(identity_entry(" system:admin ").unwrap(), "system:admin");
     }
 }

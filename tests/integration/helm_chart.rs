@@ -64,7 +64,9 @@ fn the_chart_is_released_with_the_workspace() {
 async fn the_chart_renders_what_kustomize_does_and_the_api_server_accepts_it() {
     // Helm does not own its release's Namespace (`helm install --create-namespace` makes it).
     let kustomized: Vec<DynamicObject> = rendered().into_iter().filter(|o| kind(o) != "Namespace").collect();
-    assert_same(&helm_template(&[]), &kustomized);
+    let helm = helm_template(&[]);
+    crate::packaging::assert_references_resolve("helm template", &helm);
+    assert_same(&helm, &kustomized);
 
     // With monitoring on: config/prometheus with config/default's prefix and namespace on top.
     let monitoring = ["--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true"];

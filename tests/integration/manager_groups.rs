@@ -91,6 +91,32 @@ async fn pvc(stage: &FenceStage, name: &str) -> PersistentVolumeClaim {
     Api::<PersistentVolumeClaim>::namespaced(stage.client.clone(), &stage.namespace).get(name).await.unwrap()
 }
 
+/// As upstream [main]: the content learns where the group and each volume are replicated to, the
+/// group says so (`DestinationInfoAvailable`), every condition of the group is at the group's
+/// generation (a DR orchestrator compares them with it), and the selector is written as text.
+async fn destinations_are_known_and_conditions_are_the_groups(stage: &FenceStage, name: &str) {
+    let vgr = group_until(stage, name, "the destination known", |s| {
+        condition(s, "DestinationInfoAvailable") == ("True".into(), "DestinationInfoUpdated".into())
+    })
+    .await;
+    let generation = json!(vgr.metadata.generation);
+    assert_eq!(vgr.data["status"]["observedGeneration"], generation);
+    for c in vgr.data["status"]["conditions"].as_array().unwrap() {
+        assert_eq!(c["observedGeneration"], generation, "{c} is not at the group's generation");
+    }
+    assert_eq!(vgr.metadata.annotations.as_ref().unwrap()["pvcSelector"], "app=db");
+    let content_name = vgr.data["spec"]["volumeGroupReplicationContentName"].as_str().unwrap();
+    let content = contents(stage).get(content_name).await.unwrap();
+    let status = &content.data["status"];
+    assert!(status["destinationVolumeGroupID"].as_str().is_some_and(|g| !g.is_empty()), "{status}");
+    let mapping = status["persistentVolumeMappingList"].as_array().unwrap();
+    assert_eq!(mapping.len(), 2, "{status}");
+    for entry in mapping {
+        let (source, destination) = (&entry["volumeHandle"], &entry["destinationVolumeHandle"]);
+        assert!(destination.as_str().is_some_and(|d| !d.is_empty()) && destination != source, "{entry}");
+    }
+}
+
 #[tokio::test]
 async fn a_group_follows_its_labels_keeps_its_limit_and_cleans_up_on_deletion() {
     let stage = FenceStage::with_flags("vgr-life", &["--max-group-pvcs=2"]).await;
@@ -113,6 +139,7 @@ async fn a_group_follows_its_labels_keeps_its_limit_and_cleans_up_on_deletion() 
     let a = pvc(&stage, "a").await;
     assert_eq!(a.metadata.annotations.unwrap_or_default().get(VGR_OWNER), Some(&"g".to_owned()));
     assert!(a.metadata.finalizers.unwrap_or_default().contains(&VGR_FINALIZER.to_owned()));
+    destinations_are_known_and_conditions_are_the_groups(&stage, "g").await;
 
     // A third label goes past max-group-pvcs=2: a readable error, members unchanged.
     label(&stage, "c", Some("db")).await;
@@ -133,6 +160,15 @@ async fn a_group_follows_its_labels_keeps_its_limit_and_cleans_up_on_deletion() 
     let vgr = group_until(&stage, "g", "a alone", |s| members(s) == ["a"]).await;
     assert_eq!(handles(&stage, &vgr).await.len(), 1);
 
+    // A member's deletion waits for the group, and says so on the PVC.
+    Api::<PersistentVolumeClaim>::namespaced(stage.client.clone(), &stage.namespace)
+        .delete("a", &DeleteParams::default())
+        .await
+        .unwrap();
+    let events = Api::namespaced(stage.client.clone(), &stage.namespace);
+    let blocked = warning_in(&events, "a", "PersistentVolumeClaimDeletionBlocked").await;
+    assert!(blocked.is_some_and(|m| m.contains("g")), "no Warning event on the member being deleted");
+
     // Deletion: the VolumeReplication, the content, then every member's marks.
     let content = vgr.data["spec"]["volumeGroupReplicationContentName"].as_str().unwrap().to_owned();
     groups(&stage).delete("g", &DeleteParams::default()).await.unwrap();
@@ -145,6 +181,7 @@ async fn a_group_follows_its_labels_keeps_its_limit_and_cleans_up_on_deletion() 
                 && cs.get_opt(&content).await.unwrap().is_none()
         })
         .await;
+    // (a is still being deleted: nothing in this control plane removes the PVC protection.)
     for name in ["a", "b", "c"] {
         let claim = pvc(&stage, name).await;
         assert!(!claim.metadata.annotations.unwrap_or_default().contains_key(VGR_OWNER), "{name}");
@@ -183,4 +220,22 @@ async fn a_failing_group_and_a_replicated_pvc_each_say_why_in_the_groups_status(
     let message = vgr.data["status"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("PVC solo is replicated by VolumeReplication vr-solo"), "{message}");
     assert!(!pvc(&stage, "solo").await.metadata.annotations.unwrap_or_default().contains_key(VGR_OWNER));
+
+    // An external group is someone else's: no finalizer, no content, no status, members untouched.
+    replicated_pvc(&stage, "outside", true).await;
+    label(&stage, "outside", Some("outside")).await;
+    let vgr = json!({
+        "apiVersion": format!("{GROUP}/v1alpha1"), "kind": "VolumeGroupReplication", "metadata": {"name": "ext"},
+        "spec": {"volumeGroupReplicationClassName": group_class, "volumeReplicationClassName": class,
+                 "replicationState": "primary", "external": true,
+                 "source": {"selector": {"matchLabels": {"app": "outside"}}}},
+    });
+    groups(&stage).create(&PostParams::default(), &serde_json::from_value(vgr).unwrap()).await.unwrap();
+    // The failing group above is retried meanwhile: the controller is busy, not stopped.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let ext = groups(&stage).get("ext").await.unwrap();
+    assert!(ext.metadata.finalizers.unwrap_or_default().is_empty(), "an external group got a finalizer");
+    assert!(ext.data["status"].is_null(), "an external group got a status: {}", ext.data["status"]);
+    assert!(ext.data["spec"]["volumeGroupReplicationContentName"].is_null());
+    assert!(!pvc(&stage, "outside").await.metadata.annotations.unwrap_or_default().contains_key(VGR_OWNER));
 }

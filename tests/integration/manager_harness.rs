@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::recording_driver::RecordingDriver;
-use crate::sidecar_harness::{Serving, SidecarProcess, Workload, free_port, http_get, sidecar_pod};
+use crate::sidecar_harness::{Serving, SidecarPod, SidecarProcess, Workload, free_port, http_get, sidecar_pod};
 use crate::support::{unique, workspace_binary};
 
 pub struct Manager {
@@ -333,12 +333,19 @@ pub struct Stage {
     pub driver_name: String,
     pub driver: RecordingDriver,
     pub manager: Manager,
-    _identity: ManagerIdentity,
+    identity: ManagerIdentity,
     controller: bool,
+    /// The manager's flags (those of a restart too).
+    flags: Vec<String>,
 }
 
 impl Stage {
     pub async fn new(prefix: &str, capabilities: &[&str]) -> Self {
+        Self::with_flags(prefix, capabilities, &[]).await
+    }
+
+    /// A stage whose manager also gets `flags`.
+    pub async fn with_flags(prefix: &str, capabilities: &[&str], flags: &[&str]) -> Self {
         let cp = testenv::shared();
         let client = cp.client().await.unwrap();
         let namespace = cp.namespace(&client, prefix).await.unwrap();
@@ -347,15 +354,31 @@ impl Stage {
         driver.advertise(capabilities);
         // The manager runs as its own ServiceAccount with config/rbac's roles: they are enough.
         let identity = ManagerIdentity::new(&client, &namespace).await;
-        let manager = Manager::start(&namespace, &identity.kubeconfig(), &["--enable-auth=false"]);
+        let mut all = vec!["--enable-auth=false".to_owned()];
+        all.extend(flags.iter().map(|f| (*f).to_owned()));
+        let manager =
+            Manager::start(&namespace, &identity.kubeconfig(), &all.iter().map(String::as_str).collect::<Vec<_>>());
         let controller = capabilities.contains(&"service.CONTROLLER_SERVICE");
-        Stage { client, namespace, driver_name, driver, manager, _identity: identity, controller }
+        Stage { client, namespace, driver_name, driver, manager, identity, controller, flags: all }
+    }
+
+    /// Stops the manager (SIGTERM), then starts another with the same identity and flags, as a
+    /// Pod restart or a failover would.
+    pub fn restart_manager(&mut self) {
+        testenv::process::stop(&mut self.manager.child, Duration::from_secs(10));
+        let flags: Vec<&str> = self.flags.iter().map(String::as_str).collect();
+        self.manager = Manager::start(&self.namespace, &self.identity.kubeconfig(), &flags);
     }
 
     /// Starts the sidecar of `node` and waits until the manager has connected to it.
     pub async fn sidecar(&self, node: &str) -> SidecarProcess {
         let pod = sidecar_pod(&self.client, &self.namespace, node, Workload::DaemonSet, "plugin").await;
-        let sidecar = SidecarProcess::start(&pod, node, &self.driver.endpoint(), Serving::Plain, &[]);
+        self.sidecar_in(&pod, node).await
+    }
+
+    /// Starts a sidecar in `pod` on `node` and waits until the manager has connected to it.
+    pub async fn sidecar_in(&self, pod: &SidecarPod, node: &str) -> SidecarProcess {
+        let sidecar = SidecarProcess::start(pod, node, &self.driver.endpoint(), Serving::Plain, &[]);
         // Only a sidecar of a driver with a controller service competes for the driver's Lease.
         if self.controller {
             sidecar.wait_leader(true).await;

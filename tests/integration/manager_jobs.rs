@@ -103,7 +103,8 @@ async fn failed_jobs_say_why_deadline_back_off_limit_and_not_csi() {
         message.contains("backOffLimit is 1") && message.contains("PVC") && message.contains("missing"),
         "{message}"
     );
-    assert_eq!(status["retries"], 2, "the first try and one retry");
+    // The first try and one retry: upstream's count of retries, backOffLimit.
+    assert_eq!(status["retries"], 1, "{status}");
     assert!(stage.warning("back-off", "Failed").await.is_some(), "no Warning event for the failed job");
 
     // A PV that is not CSI cannot be reclaimed: Failed at once, no retries.
@@ -216,4 +217,40 @@ async fn a_pod_endpoint_is_dialled_at_the_pods_ip() {
     let ip = json!({"status": {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}});
     pods.patch_status(&pod, &Default::default(), &kube::api::Patch::Merge(&ip)).await.unwrap();
     stage.manager.eventually("Connected through the Pod's IP", async |_| state(&nodes).await.0 == "Connected").await;
+}
+
+/// `spec.timeout` bounds each call: a driver that hangs is cut off after it, retried, and the job
+/// fails with the reason (the default timeout, three minutes, would have let the call finish).
+#[tokio::test]
+async fn spec_timeout_cuts_off_a_call_that_hangs() {
+    let stage = Stage::new("rsj-timeout", &["service.CONTROLLER_SERVICE", "reclaim_space.OFFLINE"]).await;
+    let _sidecar = stage.sidecar(NODE).await;
+    stage.driver.delay("controller_reclaim_space", Duration::from_secs(30));
+    bound_pvc(&stage.client, &stage.namespace, "slow", &stage.driver_name, None, json!({})).await;
+    let mut spec = target("slow");
+    spec["timeout"] = json!(1);
+    spec["backOffLimit"] = json!(1);
+    let status = stage.job("ReclaimSpaceJob", "slow", spec).await;
+    assert_eq!(status["result"], "Failed", "{status}");
+    let message = status["message"].as_str().unwrap();
+    assert!(message.contains("backOffLimit is 1") && message.contains("controller request"), "{message}");
+    assert!(message.contains("DeadlineExceeded") || message.contains("Cancelled"), "{message}");
+}
+
+/// Key rotation runs where the volume is attached: a volume attached nowhere is retried with that
+/// reason and fails with it; the driver is never called.
+#[tokio::test]
+async fn key_rotation_of_a_volume_attached_nowhere_fails_with_the_reason() {
+    let stage =
+        Stage::new("ekr-detached", &["service.NODE_SERVICE", "encryption_key_rotation.ENCRYPTIONKEYROTATION"]).await;
+    let _sidecar = stage.sidecar(NODE).await;
+    bound_pvc(&stage.client, &stage.namespace, "idle", &stage.driver_name, None, json!({})).await;
+    let mut spec = target("idle");
+    spec["backOffLimit"] = json!(1);
+    let status = stage.job("EncryptionKeyRotationJob", "rotate-idle", spec).await;
+    assert_eq!(status["result"], "Failed", "{status}");
+    let message = status["message"].as_str().unwrap();
+    assert!(message.contains("is not attached to any node"), "{message}");
+    assert_eq!(status["retries"], 1, "{status}");
+    assert_eq!(stage.driver.count("encryption_key_rotate"), 0);
 }

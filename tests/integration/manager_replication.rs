@@ -176,9 +176,12 @@ async fn a_driver_error_and_a_group_member_each_fail_with_a_clear_message() {
     create_vr(&stage, "ghost-vr", &class, "ghost", "primary").await;
     let status =
         vr_status(&stage, "ghost-vr", "FailedToPromote", |s| condition(s, "Completed").1 == "FailedToPromote").await;
+    // The driver's words in the message; the code too in the Degraded condition, as upstream.
     let message = status["message"].as_str().unwrap_or_default();
-    assert!(message.contains("NotFound") && message.contains("not found"), "the driver's words: {status}");
+    assert!(message.contains("not found"), "the driver's words: {status}");
     assert_eq!(condition(&status, "Degraded"), ("True".into(), "Error".into()), "{status}");
+    let degraded = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Degraded").unwrap();
+    assert!(degraded["message"].as_str().unwrap_or_default().contains("rpc error: code = NotFound"), "{status}");
 
     // A terminating PVC (held here by a finalizer of someone else's) is never replicated.
     replicated_pvc(&stage, "leaving", true).await;

@@ -281,3 +281,29 @@ async fn annotations_on_pvcs_namespaces_and_storage_classes_manage_cron_jobs() {
     );
     classes.delete(&class_name, &Default::default()).await.unwrap();
 }
+
+/// Replace with nothing running starts each run as usual (and deletes nothing).
+#[tokio::test]
+async fn replace_with_nothing_running_starts_each_run() {
+    let stage = Stage::new("cron-replace").await;
+    bound_pvc(&stage.client, &stage.namespace, "data", &stage.driver_name, None, json!({})).await;
+    let cron = stage
+        .cron(
+            "ReclaimSpaceCronJob",
+            "replace",
+            json!({"schedule": "@every 2s", "concurrencyPolicy": "Replace", "successfulJobsHistoryLimit": 5,
+                   "jobTemplate": {"spec": {"target": {"persistentVolumeClaim": "data"}}}}),
+        )
+        .await;
+    stage
+        .manager
+        .eventually("three successful runs", async |_| {
+            let children = stage.children("ReclaimSpaceJob", &cron).await;
+            children.iter().filter(|c| result(c) == Some("Succeeded")).count() >= 3
+        })
+        .await;
+    // Each run reached the driver once: none was cut short by a replacement.
+    let children = stage.children("ReclaimSpaceJob", &cron).await;
+    assert!(children.iter().all(|c| result(c) != Some("Failed")), "a run failed");
+    assert!(stage.driver.count("controller_reclaim_space") >= 3);
+}

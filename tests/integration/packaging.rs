@@ -57,6 +57,96 @@ fn the_release_yamls_are_what_config_renders() {
     assert_eq!(kinds, all);
 }
 
+/// Every name one object gives of another among `objects` resolves: a workload's ServiceAccount,
+/// Secrets and ConfigMaps (unless optional), a Service's and a NetworkPolicy's Pod selector, a
+/// binding's role and ServiceAccounts. The panic lists what does not.
+pub(crate) fn assert_references_resolve(what: &str, objects: &[DynamicObject]) {
+    let has = |k: &str, namespace: Option<&str>, name: &str| {
+        objects.iter().any(|o| {
+            kind(o) == k
+                && o.metadata.name.as_deref() == Some(name)
+                && (namespace.is_none() || o.metadata.namespace.as_deref() == namespace)
+        })
+    };
+    let workloads: Vec<&DynamicObject> =
+        objects.iter().filter(|o| ["Deployment", "DaemonSet", "StatefulSet"].contains(&kind(o))).collect();
+    let selects_a_workload = |namespace: Option<&str>, selector: &serde_json::Value| {
+        let Some(wanted) = selector.as_object().filter(|s| !s.is_empty()) else { return false };
+        workloads.iter().filter(|w| w.metadata.namespace.as_deref() == namespace).any(|w| {
+            let labels = &w.data["spec"]["template"]["metadata"]["labels"];
+            wanted.iter().all(|(k, v)| labels.get(k) == Some(v))
+        })
+    };
+    let mut missing = Vec::new();
+    for object in objects {
+        let namespace = object.metadata.namespace.as_deref();
+        let name = format!("{} {}", kind(object), object.metadata.name.as_deref().unwrap_or_default());
+        let mut need = |k: &str, ns: Option<&str>, wanted: &str| {
+            if !has(k, ns, wanted) {
+                missing.push(format!("{name} names {k} {wanted:?}, which is not there"));
+            }
+        };
+        match kind(object) {
+            "Deployment" | "DaemonSet" | "StatefulSet" => {
+                let pod = &object.data["spec"]["template"]["spec"];
+                if let Some(account) = pod["serviceAccountName"].as_str() {
+                    need("ServiceAccount", namespace, account);
+                }
+                for volume in pod["volumes"].as_array().into_iter().flatten() {
+                    let secret = &volume["secret"];
+                    if let (Some(secret), false) = (secret["secretName"].as_str(), secret["optional"] == true) {
+                        need("Secret", namespace, secret);
+                    }
+                    let map = &volume["configMap"];
+                    if let (Some(map), false) = (map["name"].as_str(), map["optional"] == true) {
+                        need("ConfigMap", namespace, map);
+                    }
+                }
+            }
+            "Service" if !selects_a_workload(namespace, &object.data["spec"]["selector"]) => {
+                missing.push(format!("{name}'s selector matches no workload's Pods"));
+            }
+            "NetworkPolicy" if !selects_a_workload(namespace, &object.data["spec"]["podSelector"]["matchLabels"]) => {
+                missing.push(format!("{name}'s podSelector matches no workload's Pods"));
+            }
+            "RoleBinding" | "ClusterRoleBinding" => {
+                let role = &object.data["roleRef"];
+                let role_namespace = if role["kind"] == "Role" { namespace } else { None };
+                need(
+                    role["kind"].as_str().unwrap_or_default(),
+                    role_namespace,
+                    role["name"].as_str().unwrap_or_default(),
+                );
+                for subject in object.data["subjects"].as_array().into_iter().flatten() {
+                    if subject["kind"] == "ServiceAccount" {
+                        let account = subject["name"].as_str().unwrap_or_default();
+                        need("ServiceAccount", subject["namespace"].as_str().or(namespace), account);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(missing.is_empty(), "{what}: references that do not resolve:\n{}", missing.join("\n"));
+}
+
+#[test]
+fn every_reference_resolves_in_config_default_and_across_the_release_yamls() {
+    assert_references_resolve("config/default", &rendered());
+    // The three release files are applied together: references may cross them, not leave them.
+    let release: Vec<DynamicObject> = RELEASE
+        .iter()
+        .flat_map(|(_, file)| objects(&std::fs::read_to_string(root().join("deploy/controller").join(file)).unwrap()))
+        .collect();
+    assert_references_resolve("deploy/controller/", &release);
+    // The check bites: the Deployment's ServiceAccount under another name does not resolve.
+    let mut renamed = release;
+    let deployment = renamed.iter_mut().find(|o| kind(o) == "Deployment").unwrap();
+    deployment.data["spec"]["template"]["spec"]["serviceAccountName"] = serde_json::json!("controller-manager");
+    let caught = std::panic::catch_unwind(|| assert_references_resolve("renamed", &renamed));
+    assert!(caught.is_err(), "a ServiceAccount that is not there went unnoticed");
+}
+
 pub(crate) fn kind(object: &DynamicObject) -> &str {
     object.types.as_ref().map_or("", |t| t.kind.as_str())
 }
@@ -66,7 +156,8 @@ async fn config_default_renders_a_locked_down_manager_that_the_api_server_accept
     let objects = rendered();
     let count = |k: &str| objects.iter().filter(|o| kind(o) == k).count();
     assert_eq!(count("CustomResourceDefinition"), 12);
-    for (k, n) in [("Namespace", 1), ("ServiceAccount", 1), ("ClusterRole", 2), ("ClusterRoleBinding", 1)] {
+    // The manager's role, the metrics reader, and upstream's two roles for sidecars.
+    for (k, n) in [("Namespace", 1), ("ServiceAccount", 1), ("ClusterRole", 4), ("ClusterRoleBinding", 1)] {
         assert_eq!(count(k), n, "{k}");
     }
     for k in ["Role", "RoleBinding", "Service", "Deployment", "NetworkPolicy"] {

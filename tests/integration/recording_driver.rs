@@ -17,7 +17,12 @@ pub struct Recorder {
     controller: bool,
     stages: bool,
     log: Arc<Mutex<Log>>,
-    failing: Arc<Mutex<Option<(String, Status)>>>,
+    /// A method that fails, with what, and for how many more calls (None: for ever).
+    failing: Arc<Mutex<Option<(String, Status, Option<usize>)>>>,
+    /// Methods that answer only after a while.
+    delays: Arc<Mutex<Vec<(String, std::time::Duration)>>>,
+    /// Per method: calls in flight now, and the most there ever were at once.
+    flights: Arc<Mutex<std::collections::HashMap<String, (usize, usize)>>>,
     condition: Arc<Mutex<Option<csi::VolumeCondition>>>,
     /// `Some`: advertise exactly these (`<field>.<VALUE>`) instead of the defaults.
     advertised: Arc<Mutex<Option<Vec<String>>>>,
@@ -31,9 +36,43 @@ impl Recorder {
         response: Resp,
     ) -> Result<Response<Resp>, Status> {
         self.log.lock().unwrap().push((method.to_owned(), Box::new(request)));
-        match &*self.failing.lock().unwrap() {
-            Some((failing, status)) if failing == method => Err(status.clone()),
-            _ => Ok(Response::new(response)),
+        let mut failing = self.failing.lock().unwrap();
+        let Some((_, status, remaining)) = failing.as_mut().filter(|(m, _, _)| m == method) else {
+            return Ok(Response::new(response));
+        };
+        let status = status.clone();
+        match remaining {
+            Some(0) => return Ok(Response::new(response)),
+            Some(n) => *n -= 1,
+            None => {}
+        }
+        Err(status)
+    }
+
+    /// Counts a call in flight until the guard goes.
+    fn fly(&self, method: &str) -> Flight {
+        let mut flights = self.flights.lock().unwrap();
+        let (now, most) = flights.entry(method.to_owned()).or_default();
+        *now += 1;
+        *most = (*most).max(*now);
+        Flight { flights: self.flights.clone(), method: method.to_owned() }
+    }
+
+    fn delay_of(&self, method: &str) -> Option<std::time::Duration> {
+        self.delays.lock().unwrap().iter().find(|(m, _)| m == method).map(|(_, d)| *d)
+    }
+}
+
+/// A call in flight; counted down when dropped.
+struct Flight {
+    flights: Arc<Mutex<std::collections::HashMap<String, (usize, usize)>>>,
+    method: String,
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        if let Some((now, _)) = self.flights.lock().unwrap().get_mut(&self.method) {
+            *now -= 1;
         }
     }
 }
@@ -47,6 +86,10 @@ macro_rules! recorded {
             $(
                 async fn $method(&self, request: Request<$request>) -> Result<Response<$response>, Status> {
                     let value: fn(&Recorder) -> $response = $value;
+                    let _flight = self.fly(stringify!($method));
+                    if let Some(delay) = self.delay_of(stringify!($method)) {
+                        tokio::time::sleep(delay).await;
+                    }
                     self.record(stringify!($method), request.into_inner(), value(self))
                 }
             )*
@@ -67,6 +110,9 @@ fn named_capability(name: &str) -> identity::Capability {
         }),
         "network_fence.NETWORK_FENCE" => {
             Type::NetworkFence(NetworkFence { r#type: network_fence::Type::NetworkFence as i32 })
+        }
+        "network_fence.GET_CLIENTS_TO_FENCE" => {
+            Type::NetworkFence(NetworkFence { r#type: network_fence::Type::GetClientsToFence as i32 })
         }
         "volume_replication.VOLUME_REPLICATION" => {
             Type::VolumeReplication(VolumeReplication { r#type: volume_replication::Type::VolumeReplication as i32 })
@@ -154,7 +200,11 @@ recorded!(replication::controller_server::Controller {
     resync_volume(replication::ResyncVolumeRequest) -> replication::ResyncVolumeResponse =
         |_| replication::ResyncVolumeResponse { ready: true };
     get_volume_replication_info(replication::GetVolumeReplicationInfoRequest) -> replication::GetVolumeReplicationInfoResponse =
-        |_| replication::GetVolumeReplicationInfoResponse { last_sync_bytes: 4096, ..Default::default() };
+        |_| replication::GetVolumeReplicationInfoResponse {
+            last_sync_time: Some(prost_types::Timestamp { seconds: 1_795_435_200, nanos: 0 }),
+            last_sync_bytes: 4096,
+            ..Default::default()
+        };
     get_replication_destination_info(replication::GetReplicationDestinationInfoRequest) -> replication::GetReplicationDestinationInfoResponse =
         |_| replication::GetReplicationDestinationInfoResponse {
             replication_destination: Some(replication::ReplicationDestination {
@@ -225,6 +275,8 @@ impl RecordingDriver {
             stages,
             log: Arc::default(),
             failing: Arc::default(),
+            delays: Arc::default(),
+            flights: Arc::default(),
             condition: Arc::default(),
             advertised: Arc::default(),
         };
@@ -261,6 +313,11 @@ impl RecordingDriver {
         request.downcast_ref::<T>().unwrap().clone()
     }
 
+    /// The most calls of `method` there were in flight at once.
+    pub fn max_in_flight(&self, method: &str) -> usize {
+        self.recorder.flights.lock().unwrap().get(method).map_or(0, |(_, most)| *most)
+    }
+
     pub fn count(&self, method: &str) -> usize {
         self.recorder.log.lock().unwrap().iter().filter(|(m, _)| m == method).count()
     }
@@ -277,6 +334,21 @@ impl RecordingDriver {
 
     /// From now on `method` answers `status`.
     pub fn fail(&self, method: &str, status: Status) {
-        *self.recorder.failing.lock().unwrap() = Some((method.to_owned(), status));
+        *self.recorder.failing.lock().unwrap() = Some((method.to_owned(), status, None));
+    }
+
+    /// The next `times` calls of `method` answer `status`, later ones succeed.
+    pub fn fail_times(&self, method: &str, status: Status, times: usize) {
+        *self.recorder.failing.lock().unwrap() = Some((method.to_owned(), status, Some(times)));
+    }
+
+    /// Nothing fails any more.
+    pub fn heal(&self) {
+        *self.recorder.failing.lock().unwrap() = None;
+    }
+
+    /// From now on `method` answers only after `delay` (a driver that hangs, for a timeout).
+    pub fn delay(&self, method: &str, delay: std::time::Duration) {
+        self.recorder.delays.lock().unwrap().push((method.to_owned(), delay));
     }
 }

@@ -90,39 +90,64 @@ pub async fn sidecar_pod(
     workload: Workload,
     owner_name: &str,
 ) -> SidecarPod {
-    let pp = PostParams::default();
+    let name = format!("{}-{}", owner_name.chars().take(40).collect::<String>(), crate::support::unique("p"));
+    sidecar_pod_named(client, namespace, node, (workload, owner_name), &name).await
+}
+
+/// Creates `object`, or reads it when it exists (a second Pod of one workload).
+async fn create_or_get<K>(api: &Api<K>, object: &K) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), object).await {
+        Ok(created) => created,
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            api.get(&object.meta().name.clone().unwrap_or_default()).await.unwrap()
+        }
+        Err(e) => panic!("creating {:?}: {e}", object.meta().name),
+    }
+}
+
+/// `sidecar_pod` with the Pod named `name`, as a project names its Pods (a Deployment's ReplicaSet
+/// is `<owner>-5d4f8b7c9`).
+pub async fn sidecar_pod_named(
+    client: &kube::Client,
+    namespace: &str,
+    node: &str,
+    (workload, owner_name): (Workload, &str),
+    name: &str,
+) -> SidecarPod {
     let meta = |name: &str| json!({"name": name, "namespace": namespace});
     let pod_owner = match workload {
         Workload::DaemonSet => {
             let ds: DaemonSet =
                 serde_json::from_value(json!({"metadata": meta(owner_name), "spec": template(owner_name)})).unwrap();
-            owner_of(&Api::<DaemonSet>::namespaced(client.clone(), namespace).create(&pp, &ds).await.unwrap())
+            owner_of(&create_or_get(&Api::<DaemonSet>::namespaced(client.clone(), namespace), &ds).await)
         }
         Workload::StatefulSet => {
             let sts: StatefulSet =
                 serde_json::from_value(json!({"metadata": meta(owner_name), "spec": template(owner_name)})).unwrap();
-            owner_of(&Api::<StatefulSet>::namespaced(client.clone(), namespace).create(&pp, &sts).await.unwrap())
+            owner_of(&create_or_get(&Api::<StatefulSet>::namespaced(client.clone(), namespace), &sts).await)
         }
         Workload::Deployment => {
             let deploy: Deployment =
                 serde_json::from_value(json!({"metadata": meta(owner_name), "spec": template(owner_name)})).unwrap();
-            let deploy = Api::<Deployment>::namespaced(client.clone(), namespace).create(&pp, &deploy).await.unwrap();
+            let deploy = create_or_get(&Api::<Deployment>::namespaced(client.clone(), namespace), &deploy).await;
             let mut rs: ReplicaSet = serde_json::from_value(
                 json!({"metadata": meta(&format!("{owner_name}-5d4f8b7c9")), "spec": template(owner_name)}),
             )
             .unwrap();
             rs.metadata.owner_references = Some(vec![owner_of(&deploy)]);
-            owner_of(&Api::<ReplicaSet>::namespaced(client.clone(), namespace).create(&pp, &rs).await.unwrap())
+            owner_of(&create_or_get(&Api::<ReplicaSet>::namespaced(client.clone(), namespace), &rs).await)
         }
     };
-    let name = format!("{}-{}", owner_name.chars().take(40).collect::<String>(), crate::support::unique("p"));
     let mut pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"nodeName": node, "containers": [{"name": "csi-addons", "image": "sidecar"}]}
     }))
     .unwrap();
     pod.metadata.owner_references = Some(vec![pod_owner.clone()]);
-    let pod = Api::<Pod>::namespaced(client.clone(), namespace).create(&pp, &pod).await.unwrap();
+    let pod = Api::<Pod>::namespaced(client.clone(), namespace).create(&PostParams::default(), &pod).await.unwrap();
     SidecarPod {
         namespace: namespace.to_owned(),
         name: pod.metadata.name.unwrap(),
@@ -203,6 +228,23 @@ impl SidecarProcess {
         command.args(extra);
         let child = testenv::process::spawn(command).unwrap();
         SidecarProcess { child, port, http_port, log, _log_dir: log_dir }
+    }
+
+    /// Runs the sidecar with exactly `args` (a project's command line), with the control plane's
+    /// kubeconfig as its cluster access. It serves no HTTP: `port` and `http_port` are 0.
+    pub fn verbatim(args: &[String]) -> Self {
+        let log_dir = tempfile::tempdir().unwrap();
+        let log = log_dir.path().join("sidecar.log");
+        let mut command = Command::new(workspace_binary("csi-addons-sidecar"));
+        command
+            .args(args)
+            .env("KUBECONFIG", testenv::shared().kubeconfig_path())
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        let child = testenv::process::spawn(command).unwrap();
+        SidecarProcess { child, port: 0, http_port: 0, log, _log_dir: log_dir }
     }
 
     pub fn pid(&self) -> u32 {

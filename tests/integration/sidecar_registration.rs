@@ -125,3 +125,68 @@ async fn names_past_253_characters_are_cut_and_hashed() {
     assert!(name[234..].starts_with('-') && name[235..].chars().all(|c| c.is_ascii_hexdigit()), "{name}");
     assert_eq!(name, sidecar::registration::node_object_name(&node_id, &namespace, "DaemonSet", "csi-cephfsplugin"));
 }
+
+/// An admission policy refuses CSIAddonsNodes in the namespace: the sidecar says why, keeps
+/// running (not ready), and registers once the policy no longer applies.
+#[tokio::test]
+async fn a_refused_registration_is_retried_until_it_is_accepted() {
+    use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+    use kube::api::PostParams;
+
+    let cp = testenv::shared();
+    let client = cp.client().await.unwrap();
+    let namespace = cp.namespace(&client, "sidecar-reg-refused").await.unwrap();
+    let name = crate::support::unique("no-csiaddonsnodes");
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": ["csiaddons.openshift.io"], "apiVersions": ["*"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["csiaddonsnodes"]}]},
+            "validations": [{"expression": "false", "message": "registrations are closed"}],
+        },
+    }))
+    .unwrap();
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}},
+    }))
+    .unwrap();
+    let policies = Api::<ValidatingAdmissionPolicy>::all(client.clone());
+    let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone());
+    policies.create(&PostParams::default(), &policy).await.unwrap();
+    bindings.create(&PostParams::default(), &binding).await.unwrap();
+    // In force once a dry-run create is refused with its message.
+    let api = Api::<CSIAddonsNode>::namespaced(client.clone(), &namespace);
+    let probe: CSIAddonsNode = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "probe"},
+        "spec": {"driver": {"name": DRIVER, "endpoint": "127.0.0.1:1", "nodeID": "n"}},
+    }))
+    .unwrap();
+    let dry = PostParams { dry_run: true, ..Default::default() };
+    for _ in 0..100 {
+        match api.create(&dry, &probe).await {
+            Err(kube::Error::Api(s)) if s.message.contains("registrations are closed") => break,
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+
+    let driver = RecordingDriver::start(DRIVER, false, false);
+    let pod = sidecar_pod(&client, &namespace, "node-d", Workload::DaemonSet, "csi-rbdplugin").await;
+    let mut sidecar = SidecarProcess::start(&pod, "node-d", &driver.endpoint(), Serving::Plain, &[]);
+    sidecar
+        .wait_for("the refusal in the log", async |s| {
+            let log = s.log();
+            log.contains("registration failed") && log.contains("registrations are closed")
+        })
+        .await;
+    assert!(sidecar.exited().is_none(), "the sidecar exited:\n{}", sidecar.log());
+    assert!(matches!(sidecar.http("/readyz").await, Some((503, _))), "ready without a CSIAddonsNode");
+    assert!(api.list(&Default::default()).await.unwrap().items.is_empty());
+
+    bindings.delete(&name, &Default::default()).await.unwrap();
+    get_eventually(&api, &format!("node-d-{namespace}-daemonset-csi-rbdplugin"), &sidecar).await;
+    sidecar.wait_ready().await;
+    policies.delete(&name, &Default::default()).await.unwrap();
+}

@@ -1,7 +1,8 @@
 //! VolumeGroupReplicationContent: the group at the driver, through the leader sidecar that offers
 //! VOLUME_GROUP. fetch (class, owning group, leader) → decide (create, modify, or delete) → act
-//! (CreateVolumeGroup / ModifyVolumeGroupMembership / DeleteVolumeGroup) → spec (handle) and
-//! status (volumes, `Ready` with the driver's error — ours, so the group can show it).
+//! (CreateVolumeGroup / ModifyVolumeGroupMembership / DeleteVolumeGroup; GetReplicationDestinationInfo
+//! once the group replicates) → spec (handle) and status (volumes and their destinations, the
+//! destination group, `Ready` with the driver's error — ours, so the group can show it).
 use std::sync::Arc;
 
 use api::proto::internal::volume_group_controller_client::VolumeGroupControllerClient;
@@ -19,7 +20,7 @@ use super::patch_merge;
 use crate::compact::CsiPv;
 use crate::context::{Context, ReconcileError, condition, set_condition};
 use crate::pool::Connection;
-use crate::replication::{self as rep, CONTENT_NAME, VGR_FINALIZER, VOLUME_GROUP, VR_FINALIZER};
+use crate::replication::{self as rep, CONTENT_NAME, DESTINATION_INFO, VGR_FINALIZER, VOLUME_GROUP, VR_FINALIZER};
 
 const NAME: &str = "volumegroupreplicationcontent";
 
@@ -99,6 +100,7 @@ async fn reconcile(content: Arc<VolumeGroupReplicationContent>, ctx: Arc<Context
     }
     super::set_finalizer(&ctx, content.as_ref(), VGR_FINALIZER, true).await?;
     let volume_ids = content.spec.source.volume_handles.clone();
+    let group_id = handle.clone();
     match handle {
         None => {
             let request = CreateVolumeGroupRequest {
@@ -149,14 +151,86 @@ async fn reconcile(content: Arc<VolumeGroupReplicationContent>, ctx: Arc<Context
         })
         .collect();
     mapping.sort();
+    // Where the driver replicates the group to, once replication runs (upstream [main]).
+    let destination = match group_id {
+        Some(id) if group.leader.offers(DESTINATION_INFO) => destination(&ctx, &group, id).await,
+        _ => GroupDestination::NotAsked,
+    };
+    let (group_destination, volumes) = match &destination {
+        GroupDestination::Known { group, volumes } => (Some(group.clone()), Some(volumes)),
+        _ => (None, None),
+    };
+    let destination_of = |handle: &str| volumes.and_then(|v| v.get(handle)).filter(|d| !d.is_empty());
     let conditions = with_ready(&content, true, "Ready", "the volume group holds the listed volumes");
-    let status = json!({
+    let mut status = json!({
         "persistentVolumeRefList": mapping.iter().map(|(name, _)| json!({"name": name})).collect::<Vec<_>>(),
-        "persistentVolumeMappingList": mapping.iter().map(|(name, handle)| json!({"name": name, "volumeHandle": handle})).collect::<Vec<_>>(),
+        "persistentVolumeMappingList": mapping.iter().map(|(name, handle)| {
+            let mut entry = json!({"name": name, "volumeHandle": handle});
+            if let Some(destination) = destination_of(handle) {
+                entry["destinationVolumeHandle"] = json!(destination);
+            }
+            entry
+        }).collect::<Vec<_>>(),
         "conditions": conditions,
     });
+    if let Some(group_destination) = group_destination {
+        status["destinationVolumeGroupID"] = json!(group_destination);
+    } else if let Some(known) = content.status.as_ref().and_then(|s| s.destination_volume_group_id.clone()) {
+        // Kept while the driver cannot say (a retry may yet).
+        status["destinationVolumeGroupID"] = json!(known);
+    }
     ctx.apply_status(content.as_ref(), status).await?;
+    let complete = mapping.iter().all(|(_, handle)| destination_of(handle).is_some());
+    match destination {
+        GroupDestination::Known { .. } if complete => {}
+        GroupDestination::NotAsked | GroupDestination::NotSupported => {}
+        // Replication may not have started yet: asked again, less and less often.
+        _ => return Ok(Action::requeue(super::retry_delay(&ctx, content.as_ref()))),
+    }
+    super::forget_failures(&ctx, content.as_ref());
     Ok(Action::await_change())
+}
+
+/// What the driver says of the group's destination.
+enum GroupDestination {
+    /// The leader does not offer GetReplicationDestinationInfo, or there is no group yet.
+    NotAsked,
+    /// The sidecar lacks the call (upstream's v0.14.0).
+    NotSupported,
+    /// Not known yet (replication not running, or the driver failed): asked again later.
+    Unknown,
+    /// The destination group, and source volume handle → destination volume handle.
+    Known { group: String, volumes: std::collections::HashMap<String, String> },
+}
+
+/// `GetReplicationDestinationInfo` for the group `id`, with the class's group secret.
+async fn destination(ctx: &Context, group: &Group, id: String) -> GroupDestination {
+    use api::proto::internal::replication_client::ReplicationClient;
+    use api::proto::internal::{GetReplicationDestinationInfoRequest, ReplicationSource, replication_source};
+    let (secret_name, secret_namespace) = group.secret.clone();
+    let source = replication_source::Type::VolumeGroup(replication_source::VolumeGroupSource { volume_group_id: id });
+    let request = GetReplicationDestinationInfoRequest {
+        secret_name,
+        secret_namespace,
+        replication_source: Some(ReplicationSource { r#type: Some(source) }),
+    };
+    let mut client = ReplicationClient::new(group.leader.channel.clone());
+    let answer = ctx
+        .metrics
+        .timed_rpc("Replication/GetReplicationDestinationInfo", client.get_replication_destination_info(request))
+        .await;
+    use api::proto::internal::replication_destination::Type;
+    match answer.map(|a| a.into_inner().replication_destination.and_then(|d| d.r#type)) {
+        Ok(Some(Type::Volumegroup(g))) if !g.volume_group_id.is_empty() => {
+            GroupDestination::Known { group: g.volume_group_id, volumes: g.volume_ids }
+        }
+        Ok(_) => GroupDestination::Unknown,
+        Err(s) if s.code() == tonic::Code::Unimplemented => GroupDestination::NotSupported,
+        Err(s) => {
+            tracing::debug!(code = ?s.code(), message = s.message(), "the group's destination is not known yet");
+            GroupDestination::Unknown
+        }
+    }
 }
 
 fn not_found_is_done(message: String) -> Result<(), String> {

@@ -16,6 +16,7 @@ use api::replication::{
 };
 use futures::Future;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{ListParams, PostParams};
 use kube::core::{PartialObjectMeta, Selector, SelectorExt};
 use kube::runtime::controller::Action;
@@ -26,10 +27,14 @@ use serde_json::json;
 
 use super::patch_merge;
 use super::replication_source::{SourceProblem, csi_handle};
-use crate::context::{Context, ReconcileError};
-use crate::replication::{self as rep, GROUP_API, GROUP_REF, PROVISIONED_BY, VGR_FINALIZER, VGR_OWNER, VR_OWNER};
+use crate::context::{Context, ReconcileError, set_condition};
+use crate::replication::{
+    self as rep, DESTINATION_INFO, GROUP_API, GROUP_REF, PROVISIONED_BY, VGR_FINALIZER, VGR_OWNER, VR_OWNER,
+};
 
 const NAME: &str = "volumegroupreplication";
+/// The annotation upstream writes on a group: its PVC selector as text.
+pub const PVC_SELECTOR: &str = "pvcSelector";
 /// How often a deletion waiting for its VolumeReplication and content looks again.
 const DELETION_RECHECK: Duration = Duration::from_secs(10);
 
@@ -92,6 +97,28 @@ pub fn child_names(vgr: &VolumeGroupReplication) -> (String, String) {
     (content.unwrap_or_else(|| format!("vgrcontent-{uid}")), replication.unwrap_or_else(|| format!("vr-{uid}")))
 }
 
+/// A label selector as Kubernetes prints one (`app=foo,tier in (a,b)`), its requirements sorted
+/// by key as Go sorts them; empty for a selector that selects everything.
+pub fn selector_text(selector: Selector) -> String {
+    use kube::core::Expression;
+    let mut parts: Vec<(String, String)> = selector
+        .into_iter()
+        .map(|e| {
+            let key = match &e {
+                Expression::In(k, _)
+                | Expression::NotIn(k, _)
+                | Expression::Equal(k, _)
+                | Expression::NotEqual(k, _)
+                | Expression::Exists(k)
+                | Expression::DoesNotExist(k) => k.clone(),
+            };
+            (key, e.to_string())
+        })
+        .collect();
+    parts.sort();
+    parts.into_iter().map(|(_, text)| text).collect::<Vec<_>>().join(",")
+}
+
 /// The previous members to release, given the selected ones.
 pub fn released(selected: &BTreeSet<String>, previous: &BTreeSet<String>) -> Vec<String> {
     previous.difference(selected).cloned().collect()
@@ -145,6 +172,12 @@ async fn build(ctx: &Context, vgr: &VolumeGroupReplication) -> Result<Action, So
     let selector = Selector::try_from(vgr.spec.source.selector.clone())
         .map_err(|e| SourceProblem { message: format!("spec.source.selector: {e}"), transient: false })?;
     super::set_finalizer(ctx, vgr, VGR_FINALIZER, true).await.map_err(|e| problem(e.to_string()))?;
+    // As upstream: the selector, as Kubernetes prints it, for whoever reads the group.
+    let selector_text = selector_text(selector.clone());
+    if vgr.annotations().get(PVC_SELECTOR) != Some(&selector_text) {
+        let patch = json!({"metadata": {"annotations": {PVC_SELECTOR: selector_text}}});
+        patch_merge(ctx, vgr, &patch).await.map_err(|e| problem(e.to_string()))?;
+    }
 
     // Members: the selected PVCs; a terminating one stays while it carries our finalizer.
     let pvcs = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &namespace);
@@ -231,7 +264,7 @@ async fn build(ctx: &Context, vgr: &VolumeGroupReplication) -> Result<Action, So
     // A failing content says why here (upstream: "Progressing" forever, #1076).
     if let Some(error) = content_error(&content) {
         let message = format!("VolumeGroupReplicationContent {content_name}: {error}");
-        write_status(ctx, vgr, None, &refs, Some(&message)).await.map_err(|e| problem(e.to_string()))?;
+        write_status(ctx, vgr, None, (&refs, None), Some(&message)).await.map_err(|e| problem(e.to_string()))?;
         if vgr.status.as_ref().and_then(|s| s.replication.message.as_deref()) != Some(message.as_str()) {
             ctx.event(vgr, true, "VolumeGroupFailed", message).await;
         }
@@ -239,7 +272,7 @@ async fn build(ctx: &Context, vgr: &VolumeGroupReplication) -> Result<Action, So
     }
     if content.spec.volume_group_replication_handle.as_deref().is_none_or(str::is_empty) {
         let message = "waiting for the driver to create the volume group";
-        write_status(ctx, vgr, None, &refs, Some(message)).await.map_err(|e| problem(e.to_string()))?;
+        write_status(ctx, vgr, None, (&refs, None), Some(message)).await.map_err(|e| problem(e.to_string()))?;
         return Ok(Action::await_change());
     }
 
@@ -278,7 +311,8 @@ async fn build(ctx: &Context, vgr: &VolumeGroupReplication) -> Result<Action, So
             replications.create(&PostParams::default(), &vr).await.map_err(|e| problem(e.to_string()))?
         }
     };
-    write_status(ctx, vgr, Some(&vr), &refs, None).await.map_err(|e| problem(e.to_string()))?;
+    let destination = ctx.pool.offers(&driver, DESTINATION_INFO).then(|| group_destination(&content, refs.len()));
+    write_status(ctx, vgr, Some(&vr), (&refs, destination), None).await.map_err(|e| problem(e.to_string()))?;
     Ok(Action::await_change())
 }
 
@@ -288,21 +322,48 @@ fn content_error(content: &VolumeGroupReplicationContent) -> Option<String> {
     conditions.iter().find(|c| c.type_ == "Ready" && c.status == "False").map(|c| c.message.clone())
 }
 
-/// The VolumeReplication's status (when there is one) with the member list; `message` overrides.
+/// The group's status: its VolumeReplication's (or, before there is one, its own so far) with the
+/// member list, every condition at the group's generation (a DR orchestrator compares each with
+/// the group's, not the VolumeReplication's), and `DestinationInfoAvailable` where the driver
+/// reports destinations; `message` overrides.
 async fn write_status(
     ctx: &Context,
     vgr: &VolumeGroupReplication,
     vr: Option<&VolumeReplication>,
-    refs: &[serde_json::Value],
+    (refs, destination): (&[serde_json::Value], Option<rep::Destination>),
     message: Option<&str>,
 ) -> Result<(), kube::Error> {
-    let mut status = vr.and_then(|v| v.status.as_ref()).map_or_else(|| json!({}), |s| json!(s));
+    let own = vgr.status.as_ref().map(|s| &s.replication);
+    let replication = vr.and_then(|v| v.status.as_ref()).or(own).cloned().unwrap_or_default();
+    let generation = vgr.metadata.generation;
+    let mut conditions = replication.conditions.clone();
+    conditions.retain(|c| c.type_ != rep::DESTINATION_CONDITION);
+    for condition in &mut conditions {
+        condition.observed_generation = generation;
+    }
+    if let Some(destination) = destination {
+        let previous: Vec<Condition> = own
+            .map(|s| s.conditions.iter().filter(|c| c.type_ == rep::DESTINATION_CONDITION).cloned().collect())
+            .unwrap_or_default();
+        let next = rep::destination_condition("volume group", &destination, generation);
+        conditions.extend(set_condition(&previous, next));
+    }
+    let mut status = json!(replication);
+    status["conditions"] = json!(conditions);
     status["persistentVolumeClaimsRefList"] = json!(refs);
-    status["observedGeneration"] = json!(vgr.metadata.generation);
+    status["observedGeneration"] = json!(generation);
     if let Some(message) = message {
         status["message"] = json!(message);
     }
     ctx.apply_status(vgr, status).await
+}
+
+/// Whether every member's destination is known to the content (upstream [main]'s rule for the
+/// group's `DestinationInfoAvailable`).
+pub fn group_destination(content: &VolumeGroupReplicationContent, members: usize) -> rep::Destination {
+    let mapped = content.status.as_ref().map(|s| s.persistent_volume_mapping_list.as_slice()).unwrap_or_default();
+    let known = mapped.iter().filter(|m| m.destination_volume_handle.as_deref().is_some_and(|d| !d.is_empty())).count();
+    if known >= members { rep::Destination::Available } else { rep::Destination::Pending }
 }
 
 async fn fail(ctx: &Context, vgr: &VolumeGroupReplication, message: &str) -> Result<(), ReconcileError> {
@@ -312,6 +373,10 @@ async fn fail(ctx: &Context, vgr: &VolumeGroupReplication, message: &str) -> Res
     let mut status = vgr.status.as_ref().map_or_else(|| json!({}), |s| json!(s));
     status["message"] = json!(message);
     status["observedGeneration"] = json!(vgr.metadata.generation);
+    // Its state as upstream reports a failure: the current one, or Unknown.
+    if status.get("state").is_none() {
+        status["state"] = json!(api::replication::ObservedReplicationState::Unknown);
+    }
     ctx.apply_status(vgr, status).await?;
     ctx.event(vgr, true, "Error", message.to_owned()).await;
     Ok(())
@@ -389,6 +454,22 @@ mod tests {
             check_count(101, 100).unwrap_err(),
             "the selector matches 101 PVCs, more than the 100 a group may hold (max-group-pvcs)"
         );
+    }
+
+    #[test]
+    fn the_selector_is_printed_as_kubernetes_prints_it() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+        let selector = LabelSelector {
+            match_labels: Some([("tier".to_owned(), "db".to_owned()), ("app".to_owned(), "shop".to_owned())].into()),
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "env".into(),
+                operator: "In".into(),
+                values: Some(vec!["prod".into(), "dev".into()]),
+            }]),
+        };
+        let text = selector_text(Selector::try_from(selector).unwrap());
+        assert_eq!(text, "app=shop,env in (dev,prod),tier=db");
+        assert_eq!(selector_text(Selector::try_from(LabelSelector::default()).unwrap()), "");
     }
 
     #[test]

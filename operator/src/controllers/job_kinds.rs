@@ -10,7 +10,7 @@ use api::proto::internal::{EncryptionKeyRotateRequest, ReclaimSpaceRequest};
 
 use super::jobs::{AttemptError, Done, JobKind, Volume};
 use crate::context::Context;
-use crate::job::{Limits, ReclaimCall, reclaim_plan, reclaimed_bytes};
+use crate::job::{Limits, ReclaimCall, ReclaimSides, reclaim_plan, reclaimed_bytes};
 use crate::sidecar_client::with_timeout;
 
 /// `JobKind::keep_only_outcome` for a kind whose status is `$status` (both kinds share the fields).
@@ -64,8 +64,13 @@ impl JobKind for ReclaimSpaceJob {
                 None
             }
         };
-        let plan = reclaim_plan(&volume.driver, volume.attached_to.as_deref(), node.is_some(), leader.is_some())
-            .map_err(AttemptError::Transient)?;
+        let sides = ReclaimSides {
+            node_online: node.is_some(),
+            driver_online: ctx.pool.offers(&volume.driver, RECLAIM_ONLINE),
+            leader_offline: leader.is_some(),
+        };
+        let plan =
+            reclaim_plan(&volume.driver, volume.attached_to.as_deref(), sides).map_err(AttemptError::Transient)?;
         let mut usages = Vec::new();
         for call in plan {
             let (connection, method, side) = match &call {

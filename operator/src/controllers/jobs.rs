@@ -134,25 +134,37 @@ async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<Context>) -> Result<Action,
     let start = status.start_time.as_ref().map_or(now, |t| t.0.as_second());
     // Run, but its result never written: write it now rather than run the operation twice.
     let unrecorded = locked(&ctx.unrecorded_results).get(&uid).cloned();
-    if let Some(outcome) = unrecorded {
+    if let Some((outcome, attempts)) = unrecorded {
         let outcome = outcome.map(|reclaimed_bytes| Done { reclaimed_bytes });
-        return Box::pin(finish(&ctx, job.as_ref(), &status, start, outcome)).await;
+        return Box::pin(finish(&ctx, job.as_ref(), &status, (start, attempts), outcome)).await;
     }
     if let Some(why) = api::names::dns1123_problem(job.pvc(), false) {
         let shown: String = job.pvc().chars().take(80).collect();
         let message = format!("spec.target.persistentVolumeClaim {shown:?} is not a PVC name: {why}");
-        return Box::pin(finish(&ctx, job.as_ref(), &status, start, Err(message))).await;
+        return Box::pin(finish(&ctx, job.as_ref(), &status, (start, 0), Err(message))).await;
     }
     let limits = job.limits();
     let created = job.meta().creation_timestamp.as_ref().map_or(now, |t| t.0.as_second());
     let remembered = locked(&ctx.job_failures).get(&uid).copied();
     let (failures, last_failure) = match remembered {
         Some((failures, at)) => (failures, Some(at)),
-        // After a restart: the count from status, and retry now.
-        None => (status.retries.and_then(|n| u32::try_from(n).ok()).unwrap_or(0), None),
+        // After a restart: the count from status, and retry now. A start time is written with
+        // the first failed attempt, and `retries` counts the attempts after it.
+        None if status.start_time.is_some() => {
+            (status.retries.and_then(|n| u32::try_from(n).ok()).unwrap_or(0).saturating_add(1), None)
+        }
+        None => (0, None),
     };
     match next_step(limits, created, now, failures, last_failure) {
-        Step::GiveUp(message) => return Box::pin(finish(&ctx, job.as_ref(), &status, start, Err(message))).await,
+        Step::GiveUp(limit) => {
+            // The reason of the last failed attempt, which the status holds, says what to fix.
+            let last = status.conditions.iter().find(|c| c.type_ == "Failed" && c.status == "True");
+            let message = match last.filter(|c| !c.message.is_empty()) {
+                Some(last) => format!("{limit}; last error: {}", last.message),
+                None => limit,
+            };
+            return Box::pin(finish(&ctx, job.as_ref(), &status, (start, failures), Err(message))).await;
+        }
         Step::Wait(delay) => return Ok(Action::requeue(delay)),
         Step::Attempt => {}
     }
@@ -166,10 +178,12 @@ async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<Context>) -> Result<Action,
         Ok(volume) => K::attempt(&ctx, &volume, timeout).await,
         Err(e) => Err(e),
     };
+    // This pass's attempt included.
+    let attempts = failures + 1;
     match outcome {
-        Ok(done) => Box::pin(finish(&ctx, job.as_ref(), &status, start, Ok(done))).await,
+        Ok(done) => Box::pin(finish(&ctx, job.as_ref(), &status, (start, attempts), Ok(done))).await,
         Err(AttemptError::Permanent(message)) => {
-            Box::pin(finish(&ctx, job.as_ref(), &status, start, Err(message))).await
+            Box::pin(finish(&ctx, job.as_ref(), &status, (start, attempts), Err(message))).await
         }
         Err(AttemptError::Transient(message)) => {
             let failures = failures + 1;
@@ -178,7 +192,7 @@ async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<Context>) -> Result<Action,
             match next_step(limits, created, now, failures, Some(now)) {
                 Step::GiveUp(limit) => {
                     let message = format!("{limit}; last error: {message}");
-                    Box::pin(finish(&ctx, job.as_ref(), &status, start, Err(message))).await
+                    Box::pin(finish(&ctx, job.as_ref(), &status, (start, attempts), Err(message))).await
                 }
                 Step::Wait(delay) => {
                     tracing::info!(job = %job.name_any(), failures, error = %message, ?delay, "attempt failed; retrying");
@@ -186,7 +200,7 @@ async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<Context>) -> Result<Action,
                     let conditions =
                         set_condition(&status.conditions, condition("Failed", true, "failed", &message, generation));
                     let start = Time(k8s_openapi::jiff::Timestamp::from_second(start).unwrap_or_default());
-                    let patch = json!({"startTime": start, "retries": failures, "conditions": conditions});
+                    let patch = json!({"startTime": start, "retries": retries(attempts), "conditions": conditions});
                     Box::pin(ctx.apply_status(job.as_ref(), patch)).await?;
                     ctx.event(job.as_ref(), true, "AttemptFailed", format!("attempt {failures} failed: {message}"))
                         .await;
@@ -198,21 +212,26 @@ async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<Context>) -> Result<Action,
     }
 }
 
-/// Writes the result, records the event and the metrics; the job is done.
+/// `status.retries` as upstream counts it: the attempts after the first, so a job that gives up
+/// after its first try and `backOffLimit` retries says `backOffLimit`.
+fn retries(attempts: u32) -> i32 {
+    i32::try_from(attempts.saturating_sub(1)).unwrap_or(i32::MAX)
+}
+
+/// Writes the result, records the event and the metrics; the job is done. `attempts`: how many
+/// were made in all.
 async fn finish<K: JobKind>(
     ctx: &Context,
     job: &K,
     status: &JobStatus,
-    start: i64,
+    (start, attempts): (i64, u32),
     outcome: Result<Done, String>,
 ) -> Result<Action, ReconcileError> {
     let now = k8s_openapi::jiff::Timestamp::now();
     let start_time = k8s_openapi::jiff::Timestamp::from_second(start).unwrap_or(now);
     let generation = job.meta().generation;
     let uid = job.uid().unwrap_or_default();
-    let retries = locked(&ctx.job_failures)
-        .get(&uid)
-        .map_or(status.retries.unwrap_or(0), |(n, _)| i32::try_from(*n).unwrap_or(i32::MAX));
+    let retries = retries(attempts).max(status.retries.unwrap_or(0));
     let (result, message, conditions, reclaimed) = match &outcome {
         Ok(done) => (
             OperationResult::Succeeded,
@@ -240,7 +259,7 @@ async fn finish<K: JobKind>(
     }
     if let Err(e) = ctx.apply_status(job, body).await {
         let outcome = outcome.map(|done| done.reclaimed_bytes);
-        locked(&ctx.unrecorded_results).insert(uid, outcome);
+        locked(&ctx.unrecorded_results).insert(uid, (outcome, attempts));
         return Err(e.into());
     }
     if let Some(bytes) = reclaimed {

@@ -170,7 +170,8 @@ pub async fn run_all(ctx: Arc<Context>, volume_health_cleanup: bool, stop: watch
     };
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(crate::attachments::Attachments::follow(ctx.clone(), stopped(stop.clone())));
-    tasks.spawn(node::run(ctx.clone(), stopped(stop.clone())));
+    let (roster, node_changes, connected) = node::watch(&ctx);
+    tasks.spawn(node::run(ctx.clone(), roster.clone(), node_changes, stopped(stop.clone())));
     tasks.spawn(fence::run(ctx.clone(), stopped(stop.clone())));
     tasks.spawn(fence_class::run(ctx.clone(), stopped(stop.clone())));
     tasks.spawn(volume_replication::run(ctx.clone(), stopped(stop.clone())));
@@ -201,7 +202,7 @@ pub async fn run_all(ctx: Arc<Context>, volume_health_cleanup: bool, stop: watch
         rotation_wakeups,
         stopped_rotation,
     ));
-    tasks.spawn(pvc::run(ctx.clone(), crons, owner_events, stopped(stop.clone())));
+    tasks.spawn(pvc::run(ctx.clone(), crons, owner_events, (roster, connected), stopped(stop.clone())));
     tasks.spawn(volume_health::run(ctx.clone(), volume_health_cleanup, stop.clone()));
     while tasks.join_next().await.is_some() {}
     ctx.caches.clear();

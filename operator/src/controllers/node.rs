@@ -10,11 +10,14 @@ use api::csiaddons::{CSIADDONSNODE_FINALIZER, CSIAddonsNode, NetworkFenceClientS
 use api::proto::identity::GetCapabilitiesRequest;
 use api::proto::identity::identity_client::IdentityClient;
 use futures::Future;
-use kube::runtime::Controller;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
+use kube::runtime::{Controller, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
+use tokio::sync::mpsc;
 
+use crate::cache_ready::Ready;
 use crate::context::{Context, ReconcileError, locked, now_seconds};
 use crate::pool::{Connection, Target, parse_endpoint, pool_key, resolve};
 use crate::sidecar_client::SidecarChannel;
@@ -74,13 +77,63 @@ pub fn validate(node: &CSIAddonsNode) -> Result<Target, String> {
     parse_endpoint(&driver.endpoint).map_err(|why| format!("spec.driver.endpoint {:?}: {why}", driver.endpoint))
 }
 
-pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
-    let (store, ready, changes) = super::trimmed_watch(ctx.watched::<CSIAddonsNode>());
-    ctx.caches.follow(NAME, ready);
-    super::run_controller(Controller::for_stream(changes, store), ctx, NAME, stop, reconcile).await;
+/// The CSIAddonsNodes in the cache, and whether this manager has settled each one's connection
+/// yet. Other controllers ask it before concluding from the pool that a driver offers nothing: at
+/// a start or failover the pool fills pass by pass, and an empty pool then means "not yet".
+#[derive(Clone)]
+pub struct Roster {
+    store: Store<CSIAddonsNode>,
+    ready: Ready,
+    /// Drivers one of whose sidecars was pooled by a pass (their PVCs are looked at again).
+    connected: mpsc::UnboundedSender<String>,
 }
 
-async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+impl Roster {
+    /// Whether every CSIAddonsNode of `driver` in the cache is pooled or has a spec that cannot
+    /// be used; false until the cache has its first list and while any is still being dialled.
+    pub fn settled(&self, ctx: &Context, driver: &str) -> bool {
+        if !self.ready.is_ready() {
+            return false;
+        }
+        let failed = locked(&ctx.failed_nodes);
+        self.store
+            .state()
+            .iter()
+            .filter(|n| n.spec.driver.name == driver && n.metadata.deletion_timestamp.is_none())
+            .all(|n| {
+                let namespace = n.namespace().unwrap_or_default();
+                ctx.pool.holds_node(&namespace, &n.name_any())
+                    || failed.contains(n.uid().as_deref().unwrap_or_default())
+            })
+    }
+}
+
+/// The CSIAddonsNode watch: the roster the other controllers read, the node controller's stream
+/// of changes, and the news of drivers whose sidecars were pooled.
+pub fn watch(
+    ctx: &Context,
+) -> (
+    Roster,
+    impl futures::Stream<Item = Result<CSIAddonsNode, watcher::Error>> + Send + 'static,
+    mpsc::UnboundedReceiver<String>,
+) {
+    let (store, ready, changes) = super::trimmed_watch(ctx.watched::<CSIAddonsNode>());
+    let (connected, news) = mpsc::unbounded_channel();
+    (Roster { store, ready, connected }, changes, news)
+}
+
+pub async fn run(
+    ctx: Arc<Context>,
+    roster: Roster,
+    changes: impl futures::Stream<Item = Result<CSIAddonsNode, watcher::Error>> + Send + 'static,
+    stop: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    ctx.caches.follow(NAME, roster.ready.clone());
+    let controller = Controller::for_stream(changes, roster.store.clone());
+    super::run_controller(controller, ctx, NAME, stop, move |node, ctx| reconcile(node, ctx, roster.clone())).await;
+}
+
+async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<Context>, roster: Roster) -> Result<Action, ReconcileError> {
     let namespace = node.namespace().unwrap_or_default();
     let name = node.name_any();
     let uid = node.uid().unwrap_or_default();
@@ -121,9 +174,14 @@ async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<Context>) -> Result<Action
             let capabilities = connection.capabilities.clone();
             locked(&ctx.node_retry_at).remove(&uid);
             locked(&ctx.failed_nodes).remove(&uid);
+            let newly = !ctx.pool.holds_node(&namespace, &name);
             // Pooled before the fence clients are asked for: a failure there leaks nothing (defect 21).
             let connection = ctx.pool.put(connection);
             publish_connections(&ctx);
+            if newly {
+                // The PVC controller stops with the other reconcilers: a send can only fail then.
+                let _ = roster.connected.send(connection.driver.clone());
+            }
             let clients = super::fence_clients::list(&ctx, &node, &connection).await;
             let message = "Successfully established connection with sidecar";
             let status = NodeStatus { state: CONNECTED, message, retries: None, capabilities: Some(capabilities) };

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use api::csiaddons::{EncryptionKeyRotationCronJob, ReclaimSpaceCronJob};
-use futures::Future;
+use futures::{Future, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -100,13 +100,17 @@ struct Caches {
     crons: CronCaches,
     /// PV name → CSI driver.
     drivers: PvDrivers,
+    /// The CSIAddonsNodes: whether a driver's sidecars are all accounted for.
+    roster: super::node::Roster,
 }
 
-/// `owner_events`: PVCs whose cron jobs changed or went (from the cron controllers' watches).
+/// `owner_events`: PVCs whose cron jobs changed or went (from the cron controllers' watches);
+/// `connected`: drivers one of whose sidecars was just pooled (the node controller's news).
 pub async fn run(
     ctx: Arc<Context>,
     crons: CronCaches,
     owner_events: tokio::sync::mpsc::UnboundedReceiver<ObjectRef<Claim>>,
+    (roster, connected): (super::node::Roster, tokio::sync::mpsc::UnboundedReceiver<String>),
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.client.clone();
@@ -138,7 +142,24 @@ pub async fn run(
 
     let owner_events =
         futures::stream::unfold(owner_events, |mut events| async move { events.recv().await.map(|pvc| (pvc, events)) });
-    let caches = Caches { namespaces, classes, ready: [ns_ready, sc_ready], crons, drivers: PvDrivers::default() };
+    let drivers = PvDrivers::default();
+    // A driver whose sidecar connects: its PVCs that waited for the driver's sidecars (their PV's
+    // driver is known from that pass) are looked at again.
+    let (of_driver, known_drivers) = (pvcs.clone(), drivers.clone());
+    let driver_connected =
+        futures::stream::unfold(connected, |mut news| async move { news.recv().await.map(|driver| (driver, news)) })
+            .flat_map(move |driver| {
+                let refs: Vec<ObjectRef<Claim>> = of_driver
+                    .state()
+                    .iter()
+                    .filter(|p| {
+                        p.bound_volume().and_then(|pv| known_drivers.get(pv)).flatten().is_some_and(|d| *d == *driver)
+                    })
+                    .map(|p| ObjectRef::from_obj(p.as_ref()))
+                    .collect();
+                futures::stream::iter(refs)
+            });
+    let caches = Caches { namespaces, classes, ready: [ns_ready, sc_ready], crons, drivers, roster };
     // A live change of schedule-precedence re-evaluates every PVC.
     let precedence_changes = futures::stream::unfold(ctx.settings.clone(), |mut settings| async move {
         let current = settings.borrow_and_update().schedule_precedence;
@@ -153,6 +174,7 @@ pub async fn run(
     ctx.caches.follow(NAME, pvcs_ready);
     let controller = Controller::for_stream(pvc_stream, pvcs)
         .reconcile_on(owner_events)
+        .reconcile_on(driver_connected)
         .watches_stream(ns_stream, move |ns: PartialObjectMeta<Namespace>| {
             let name = ns.name_any();
             in_namespace
@@ -204,6 +226,11 @@ fn namespace_expects(annotations: Option<&BTreeMap<String, String>>, feature: Fe
         .is_some_and(|list| list.split(',').any(|d| d.trim() == driver))
 }
 
+/// The Namespace names a schedule for the feature (which counts only if the driver offers it).
+fn namespace_schedules(annotations: Option<&BTreeMap<String, String>>, feature: Feature) -> bool {
+    annotations.and_then(|a| a.get(&feature.schedule_key())).is_some_and(|s| !s.trim().is_empty())
+}
+
 async fn reconcile(pvc: Arc<Claim>, ctx: Arc<Context>, caches: Caches) -> Result<Action, ReconcileError> {
     if pvc.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
@@ -236,19 +263,31 @@ async fn reconcile(pvc: Arc<Claim>, ctx: Arc<Context>, caches: Caches) -> Result
     let mut requeue = None;
     for (feature, children) in FEATURES.into_iter().zip(children) {
         let offers = driver_offers(&ctx, &driver, feature);
-        if !offers
-            && precedence == SchedulePrecedence::Pvc
-            && namespace_expects(namespace_annotations, feature, &driver)
-        {
+        // Whether the driver offers the feature decides only whether a Namespace annotation counts.
+        let undecided = !offers && precedence == SchedulePrecedence::Pvc;
+        if undecided && namespace_expects(namespace_annotations, feature, &driver) {
             // The driver's sidecars are expected but not registered yet (a start, a failover):
             // decide nothing for this feature until they are, rather than drop a Namespace schedule.
             requeue = Some(DRIVER_WAIT);
             continue;
         }
+        let settled = !undecided || caches.roster.settled(&ctx, &driver);
+        if !settled && namespace_schedules(namespace_annotations, feature) {
+            // Some of the driver's sidecars are not connected yet: whether the Namespace's
+            // schedule counts is not known. Decide nothing until they are (their connection
+            // brings this PVC back; the wait is a fallback).
+            requeue = Some(DRIVER_WAIT);
+            continue;
+        }
         let want = desired(feature, precedence, &sources(offers));
-        let plan = plan_children(&pvc.name_any(), feature, &want, &children);
+        let mut plan = plan_children(&pvc.name_any(), feature, &want, &children);
         if plan.hands_off {
             continue;
+        }
+        if !settled && !plan.delete.is_empty() {
+            // A managed cron job is never deleted on a guess.
+            plan.delete.clear();
+            requeue = Some(DRIVER_WAIT);
         }
         act(&ctx, &pvc, feature, &want, plan).await?;
     }

@@ -35,13 +35,15 @@ impl Source {
     }
 }
 
-/// The source named by the VolumeReplication's dataSource and its handle at `driver`.
+/// The source named by the VolumeReplication's dataSource and its handle at `driver`. The kind
+/// decides, whatever `apiGroup` says, as upstream: orchestrators write `apiGroup: ""` or leave it
+/// out for either kind.
 pub async fn fetch(ctx: &Context, vr: &VolumeReplication, driver: &str) -> Result<(Source, String), SourceProblem> {
     let namespace = vr.namespace().unwrap_or_default();
     let source = &vr.spec.data_source;
     let group = source.api_group.as_deref().unwrap_or_default();
-    match (group, source.kind.as_str()) {
-        ("", "PersistentVolumeClaim") => {
+    match source.kind.as_str() {
+        "PersistentVolumeClaim" => {
             let pvc = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &namespace)
                 .get_opt(&source.name)
                 .await
@@ -59,7 +61,7 @@ pub async fn fetch(ctx: &Context, vr: &VolumeReplication, driver: &str) -> Resul
             let handle = csi_handle(ctx, &pvc, driver).await?;
             Ok((Source::Pvc(Box::new(pvc)), handle))
         }
-        (rep::GROUP_API, "VolumeGroupReplication") => {
+        "VolumeGroupReplication" => {
             let vgr = Api::<VolumeGroupReplication>::namespaced(ctx.client.clone(), &namespace)
                 .get_opt(&source.name)
                 .await

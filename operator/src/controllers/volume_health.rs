@@ -1,5 +1,6 @@
-//! Removes stale volume-health annotations from PVCs every `volume-health-cleanup-interval`
-//! (leader only, as [main]); which keys are stale is decided by `crate::volume_health`.
+//! Removes stale volume-health annotations from PVCs when the manager starts leading and then
+//! every `volume-health-cleanup-interval` (leader only, as upstream); which keys are stale is
+//! decided by `crate::volume_health`. With `--watch-namespace`, only that namespace's PVCs.
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,22 +20,23 @@ pub async fn run(ctx: Arc<Context>, enabled: bool, mut stop: watch::Receiver<boo
         return;
     }
     loop {
-        let interval = ctx.settings().volume_health_cleanup_interval.max(Duration::from_secs(1));
-        tokio::select! {
-            () = tokio::time::sleep(interval) => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
+        // The first pass at once, as upstream's worker does.
         match clean(&ctx).await {
             Ok(0) => {}
             Ok(removed) => tracing::info!(removed, "stale volume-health annotations removed"),
             Err(e) => tracing::warn!(error = %e, "volume-health cleanup failed; trying again next interval"),
+        }
+        let interval = ctx.settings().volume_health_cleanup_interval.max(Duration::from_secs(1));
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            _ = stop.wait_for(|s| *s) => return,
         }
     }
 }
 
 /// One pass over every PVC; returns how many annotations were removed.
 pub async fn clean(ctx: &Context) -> Result<usize, kube::Error> {
-    let api = Api::<PersistentVolumeClaim>::all(ctx.client.clone());
+    let api = ctx.watched::<PersistentVolumeClaim>();
     let threshold = i64::try_from(ctx.settings().volume_health_stale_threshold.as_secs()).unwrap_or(i64::MAX);
     let mut params = ListParams::default().limit(PAGE);
     let mut removed = 0;

@@ -18,7 +18,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::replication_source::{self, Source};
-use crate::context::{Context, ReconcileError, condition, set_condition};
+use crate::context::{Context, ReconcileError, set_condition};
 use crate::pool::Connection;
 use crate::replication::{self as rep, Call, ClassParameters, DESTINATION_INFO, VOLUME_REPLICATION, VR_FINALIZER};
 use crate::sidecar_client::with_timeout;
@@ -46,20 +46,22 @@ struct Volume {
     leader: Arc<Connection>,
 }
 
-/// A problem that ends the pass in the status: its reason and message; retried after the delay
-/// (None: only a change of the spec helps).
+/// A problem that ends the pass in the status: its reason (for the event), what failed (the
+/// `Completed` condition's message, upstream's words) and why; retried after a growing delay, or
+/// (`retry` false) only when the spec changes.
 struct Problem {
     reason: &'static str,
+    what: &'static str,
     message: String,
-    retry: Option<Duration>,
+    retry: bool,
 }
 
 impl Problem {
-    fn retry(reason: &'static str, message: String) -> Self {
-        Problem { reason, message, retry: Some(Duration::from_secs(30)) }
+    fn retry(what: &'static str, message: String) -> Self {
+        Problem { reason: "Error", what, message, retry: true }
     }
-    fn permanent(reason: &'static str, message: String) -> Self {
-        Problem { reason, message, retry: None }
+    fn permanent(what: &'static str, message: String) -> Self {
+        Problem { reason: "Error", what, message, retry: false }
     }
 }
 
@@ -86,8 +88,13 @@ async fn reconcile(vr: Arc<VolumeReplication>, ctx: Arc<Context>) -> Result<Acti
             Ok(_) => {}
             Err(s) if s.code() == tonic::Code::NotFound => {}
             Err(s) => {
-                let message = format!("DisableVolumeReplication: {:?}: {}", s.code(), s.message());
-                return fail(&ctx, &vr, Problem::retry("FailedToDisable", message)).await;
+                let problem = Problem {
+                    reason: "FailedToDisable",
+                    what: "failed to disable volume replication",
+                    message: s.message().to_owned(),
+                    retry: true,
+                };
+                return fail(&ctx, &vr, problem).await;
             }
         }
         release(&ctx, &vr, Some(&volume.source)).await?;
@@ -100,25 +107,32 @@ async fn reconcile(vr: Arc<VolumeReplication>, ctx: Arc<Context>) -> Result<Acti
 
 /// Class, PVC, PV and leader; each missing piece is a Problem.
 async fn fetch(ctx: &Context, vr: &VolumeReplication) -> Result<Volume, Problem> {
+    const NO_CLASS: &str = "failed to get volumeReplication class";
     let class_name = &vr.spec.volume_replication_class;
     let class = Api::<VolumeReplicationClass>::all(ctx.client.clone())
         .get_opt(class_name)
         .await
-        .map_err(|e| Problem::retry("Error", format!("reading VolumeReplicationClass {class_name}: {e}")))?
-        .ok_or_else(|| Problem::retry("Error", format!("VolumeReplicationClass {class_name} not found")))?;
-    let parameters = rep::class_parameters(class.spec.parameters.as_ref())
-        .map_err(|why| Problem::permanent("Error", format!("VolumeReplicationClass {class_name}: {why}")))?;
-    let driver = &class.spec.provisioner;
-    let (source, handle) = replication_source::fetch(ctx, vr, driver).await.map_err(|p| Problem {
-        reason: "Error",
-        message: p.message,
-        retry: p.transient.then_some(Duration::from_secs(30)),
+        .map_err(|e| Problem::retry(NO_CLASS, format!("reading VolumeReplicationClass {class_name}: {e}")))?
+        .ok_or_else(|| Problem::retry(NO_CLASS, format!("VolumeReplicationClass {class_name} not found")))?;
+    let parameters = rep::class_parameters(class.spec.parameters.as_ref()).map_err(|why| {
+        let what = "failed to validate parameters of volumeReplicationClass";
+        Problem::permanent(what, format!("VolumeReplicationClass {class_name}: {why}"))
     })?;
-    let leader = ctx.pool.leader(&ctx.client, driver).await.map_err(|e| Problem::retry("Error", e.to_string()))?;
+    let driver = &class.spec.provisioner;
+    let (source, handle) = replication_source::fetch(ctx, vr, driver).await.map_err(|p| {
+        let what = match vr.spec.data_source.kind.as_str() {
+            "PersistentVolumeClaim" => "failed to find PVC",
+            "VolumeGroupReplication" => "failed to get VolumeGroupReplication",
+            _ => "unsupported datasource",
+        };
+        Problem { reason: "Error", what, message: p.message, retry: p.transient }
+    })?;
+    const NO_CLIENT: &str = "failed to get the replication client";
+    let leader = ctx.pool.leader(&ctx.client, driver).await.map_err(|e| Problem::retry(NO_CLIENT, e.to_string()))?;
     if !leader.offers(VOLUME_REPLICATION) {
         let message =
             format!("the leader sidecar {} of driver {driver} does not offer {VOLUME_REPLICATION}", leader.key());
-        return Err(Problem::retry("Error", message));
+        return Err(Problem::retry(NO_CLIENT, message));
     }
     Ok(Volume {
         source,
@@ -214,6 +228,23 @@ async fn call(
     ctx.metrics.timed_rpc(method, ask).await
 }
 
+/// The status as it is, to change and write back whole: a server-side apply leaves out nothing
+/// this manager wrote before unless the pass means to drop it (set to null).
+fn status_body(vr: &VolumeReplication) -> serde_json::Value {
+    vr.status.as_ref().map_or_else(|| json!({}), |s| json!(s))
+}
+
+/// What failed, in upstream's words, for the `Completed` condition.
+fn what_failed(step: Call, forced: bool) -> &'static str {
+    match step {
+        Call::Enable => "failed to enable volume replication",
+        Call::Promote if forced => "failed to force promote volume",
+        Call::Promote => "failed to promote volume",
+        Call::Demote => "failed to demote volume",
+        Call::Resync { .. } => "failed to resync volume",
+    }
+}
+
 /// Runs the plan and writes the outcome.
 async fn act(ctx: &Context, vr: &VolumeReplication, volume: &Volume) -> Result<Action, ReconcileError> {
     let generation = vr.metadata.generation;
@@ -222,35 +253,47 @@ async fn act(ctx: &Context, vr: &VolumeReplication, volume: &Volume) -> Result<A
     let desired = vr.spec.replication_state;
     let started = k8s_openapi::jiff::Timestamp::now();
     let mut conditions = previous.conditions.clone();
+    let mut body = status_body(vr);
+    body["lastStartTime"] = json!(Time(started));
+    body["observedGeneration"] = json!(generation);
     let mut ready = true;
     for step in rep::plan(desired, previous.state, vr.spec.auto_resync) {
         let mut answer = call(ctx, vr, volume, step, false).await;
+        let mut forced = false;
         if step == Call::Promote && answer.as_ref().is_err_and(|s| s.code() == tonic::Code::FailedPrecondition) {
             // As upstream: a promotion the driver refuses is tried once more with force.
+            forced = true;
             answer = call(ctx, vr, volume, step, true).await;
         }
-        match answer {
-            Ok(r) => ready = r,
-            Err(status) => {
-                let why = format!("{:?}: {}", status.code(), status.message());
-                conditions = if step == Call::Enable && status.code() == tonic::Code::FailedPrecondition {
-                    rep::prerequisite_not_met(&conditions, subject, generation, &why)
-                } else {
-                    rep::failed(&conditions, subject, generation, step, &why)
-                };
-                record(ctx, desired, "Failed", started);
-                let state = previous.state.unwrap_or(ObservedReplicationState::Unknown);
-                let body =
-                    json!({"state": state, "message": why, "conditions": conditions, "observedGeneration": generation});
-                ctx.apply_status(vr, body).await?;
-                let reason =
-                    conditions.iter().rev().find(|c| c.status == "False").map_or("Error", |c| c.reason.as_str());
-                ctx.event(vr, true, reason, format!("{subject} {}: {why}", vr.name_any())).await;
-                let delay =
-                    if desired == ReplicationState::Primary { super::retry_delay(ctx, vr) } else { SECONDARY_RECHECK };
-                return Ok(Action::requeue(delay));
+        let status = match answer {
+            Ok(r) => {
+                ready = r;
+                continue;
             }
-        }
+            Err(status) => status,
+        };
+        let failure = (what_failed(step, forced), rep::go_error(&status));
+        let failure = (failure.0, failure.1.as_str());
+        conditions = if step == Call::Enable && status.code() == tonic::Code::FailedPrecondition {
+            rep::prerequisite_not_met(&conditions, subject, generation, failure)
+        } else {
+            rep::failed(&conditions, subject, generation, rep::Attempt::of_call(step), failure)
+        };
+        record(ctx, desired, "Failed", started);
+        body["state"] = json!(previous.state.unwrap_or(ObservedReplicationState::Unknown));
+        // As upstream: the driver's own words.
+        body["message"] = json!(status.message());
+        body["conditions"] = json!(conditions);
+        ctx.apply_status(vr, body).await?;
+        let reason = conditions.iter().find(|c| c.type_ == "Completed").map_or("Error", |c| c.reason.as_str());
+        ctx.event(vr, true, reason, format!("{subject} {}: {}: {}", vr.name_any(), failure.0, failure.1)).await;
+        // As upstream: a volume that is secondary already is looked at again soon.
+        let delay = if previous.state == Some(ObservedReplicationState::Secondary) {
+            SECONDARY_RECHECK
+        } else {
+            super::retry_delay(ctx, vr)
+        };
+        return Ok(Action::requeue(delay));
     }
     super::forget_failures(ctx, vr);
     let first_secondary =
@@ -262,14 +305,10 @@ async fn act(ctx: &Context, vr: &VolumeReplication, volume: &Volume) -> Result<A
             rep::resynced(&conditions, subject, generation, ready)
         }
     };
-    let (state, mut message) = rep::reported(desired);
-    let mut body = json!({
-        "state": state,
-        "observedGeneration": generation,
-        "lastStartTime": Time(started),
-        "lastCompletionTime": Time(k8s_openapi::jiff::Timestamp::now()),
-    });
+    let (mut state, mut message) = rep::reported(desired);
+    let now = json!(Time(k8s_openapi::jiff::Timestamp::now()));
     let next = if desired == ReplicationState::Primary {
+        body["lastCompletionTime"] = now;
         conditions = info(ctx, vr, volume, conditions, &mut body).await;
         conditions = destination(ctx, vr, volume, conditions, &mut body).await;
         Action::requeue(volume.info_interval)
@@ -277,15 +316,21 @@ async fn act(ctx: &Context, vr: &VolumeReplication, volume: &Volume) -> Result<A
         body["lastSyncTime"] = serde_json::Value::Null;
         conditions.retain(|c| c.type_ != "Replicating");
         if first_secondary {
+            body["lastCompletionTime"] = now;
             message = "volume is marked secondary and is degraded";
             Action::requeue(SECONDARY_RECHECK)
         } else if !ready {
+            // As upstream: the state stays what it was until the resync is done.
+            state = previous.state.unwrap_or(ObservedReplicationState::Unknown);
             message = "volume is degraded";
             Action::requeue(RESYNC_RECHECK)
         } else {
+            body["lastCompletionTime"] = now;
+            conditions = destination(ctx, vr, volume, conditions, &mut body).await;
             Action::await_change()
         }
     };
+    body["state"] = json!(state);
     body["message"] = json!(message);
     body["conditions"] = json!(conditions);
     if previous.state != Some(state) || previous.observed_generation != generation {
@@ -301,7 +346,8 @@ async fn act(ctx: &Context, vr: &VolumeReplication, volume: &Volume) -> Result<A
     Ok(next)
 }
 
-/// `GetVolumeReplicationInfo` into lastSync* and the Replicating condition.
+/// `GetVolumeReplicationInfo` into lastSync* and the Replicating condition. The last sync's
+/// figures are replaced only when the driver reports a last sync, as upstream.
 async fn info(
     ctx: &Context,
     vr: &VolumeReplication,
@@ -328,27 +374,28 @@ async fn info(
                 && let Ok(time) = k8s_openapi::jiff::Timestamp::new(t.seconds, t.nanos)
             {
                 body["lastSyncTime"] = json!(Time(time));
-            }
-            if let Some(d) = info.last_sync_duration.as_ref() {
-                let duration = Duration::new(d.seconds.unsigned_abs(), d.nanos.unsigned_abs());
-                body["lastSyncDuration"] = json!(rep::go_duration_string(duration));
-            }
-            if info.last_sync_bytes != 0 {
-                body["lastSyncBytes"] = json!(info.last_sync_bytes);
+                body["lastSyncDuration"] = serde_json::Value::Null;
+                body["lastSyncBytes"] = serde_json::Value::Null;
+                if let Some(d) = info.last_sync_duration.as_ref() {
+                    let duration = Duration::new(d.seconds.unsigned_abs(), d.nanos.unsigned_abs());
+                    body["lastSyncDuration"] = json!(rep::go_duration_string(duration));
+                }
+                if info.last_sync_bytes != 0 {
+                    body["lastSyncBytes"] = json!(info.last_sync_bytes);
+                }
             }
             let status = info.status().as_str_name();
             set_condition(&conditions, rep::replicating(subject, status, &info.status_message, generation))
         }
         // Nothing to report (yet), or the driver does not say.
         Err(s) if matches!(s.code(), tonic::Code::NotFound | tonic::Code::Unimplemented) => conditions,
-        Err(s) => {
-            let detail = format!("{:?}: {}", s.code(), s.message());
-            set_condition(&conditions, rep::replicating(subject, "UNKNOWN", &detail, generation))
-        }
+        Err(s) => set_condition(&conditions, rep::replicating(subject, "UNKNOWN", &rep::go_error(&s), generation)),
     }
 }
 
-/// `GetReplicationDestinationInfo` into destinationVolumeID, where the leader offers it.
+/// `GetReplicationDestinationInfo` into destinationVolumeID, where the leader offers it, until it
+/// is known (as upstream, a known destination is not asked for again). A group's destination is
+/// its content's (`group_content`).
 async fn destination(
     ctx: &Context,
     vr: &VolumeReplication,
@@ -356,16 +403,14 @@ async fn destination(
     conditions: Vec<Condition>,
     body: &mut serde_json::Value,
 ) -> Vec<Condition> {
-    const TYPE: &str = "DestinationInfoAvailable";
     let generation = vr.metadata.generation;
-    // [main]: a group's destination is the content's business.
     if !volume.leader.offers(DESTINATION_INFO) || volume.source.is_group() {
         return conditions;
     }
-    // Known not to be supported for this spec: not asked again at every info poll.
-    let unsupported =
-        |c: &&Condition| c.type_ == TYPE && c.reason == "NotSupported" && c.observed_generation == generation;
-    if conditions.iter().any(|c| unsupported(&c)) {
+    let known = conditions.iter().find(|c| c.type_ == rep::DESTINATION_CONDITION);
+    // Known, or known not to be supported for this spec: not asked at every info poll.
+    if known.is_some_and(|c| c.status == "True" || (c.reason == "NotSupported" && c.observed_generation == generation))
+    {
         return conditions;
     }
     let (secret_name, secret_namespace) = secret(volume);
@@ -374,28 +419,20 @@ async fn destination(
     let mut client = ReplicationClient::new(volume.leader.channel.clone());
     let ask = client.get_replication_destination_info(timed(request));
     let answer = ctx.metrics.timed_rpc("Replication/GetReplicationDestinationInfo", ask).await;
-    let next = match answer {
+    let found = match answer {
         Ok(answer) => match answer.into_inner().replication_destination.and_then(|d| d.r#type) {
-            Some(pb::replication_destination::Type::Volume(v)) => {
+            Some(pb::replication_destination::Type::Volume(v)) if !v.volume_id.is_empty() => {
                 body["destinationVolumeID"] = json!(v.volume_id);
-                condition(TYPE, true, "DestinationInfoUpdated", "destination info is available", generation)
+                rep::Destination::Available
             }
-            _ => condition(TYPE, false, "DestinationInfoPending", "the driver has no destination info yet", generation),
+            _ => rep::Destination::Failed("replication destination volume ID is empty".into()),
         },
         // Upstream's v0.14.0 sidecar answers so: the feature is missing, nothing to retry.
-        Err(s) if s.code() == tonic::Code::Unimplemented => condition(
-            TYPE,
-            false,
-            "NotSupported",
-            "the sidecar does not support GetReplicationDestinationInfo",
-            generation,
-        ),
-        Err(s) => {
-            let message = format!("GetReplicationDestinationInfo: {:?}: {}", s.code(), s.message());
-            condition(TYPE, false, "FailedToGetDestinationInfo", &message, generation)
-        }
+        Err(s) if s.code() == tonic::Code::Unimplemented => rep::Destination::NotSupported,
+        Err(s) => rep::Destination::Failed(s.message().to_owned()),
     };
-    set_condition(&conditions, next)
+    let subject = rep::subject(&vr.spec.data_source.kind);
+    set_condition(&conditions, rep::destination_condition(subject, &found, generation))
 }
 
 fn record(ctx: &Context, desired: ReplicationState, result: &str, started: k8s_openapi::jiff::Timestamp) {
@@ -410,14 +447,27 @@ fn record(ctx: &Context, desired: ReplicationState, result: &str, started: k8s_o
     ctx.metrics.operation_duration.with_label_values(&[kind]).observe(seconds);
 }
 
-/// A Problem into the status (message, Unknown state kept) and a Warning event when new.
+/// A Problem into the status, as upstream's failures: the state kept (Unknown if none), the
+/// message, the failure conditions of what the spec asks for, this generation; a Warning event
+/// when the message is new.
 async fn fail(ctx: &Context, vr: &VolumeReplication, problem: Problem) -> Result<Action, ReconcileError> {
     let previous = vr.status.clone().unwrap_or_default();
-    if previous.message.as_deref() != Some(problem.message.as_str()) {
-        let state = previous.state.unwrap_or(ObservedReplicationState::Unknown);
-        let body = json!({"state": state, "message": problem.message, "observedGeneration": vr.metadata.generation});
+    let generation = vr.metadata.generation;
+    let new_message = previous.message.as_deref() != Some(problem.message.as_str());
+    if new_message || previous.observed_generation != generation {
+        let subject = rep::subject(&vr.spec.data_source.kind);
+        let attempt = rep::Attempt::of_spec(vr.spec.replication_state);
+        let conditions =
+            rep::failed(&previous.conditions, subject, generation, attempt, (problem.what, &problem.message));
+        let mut body = status_body(vr);
+        body["state"] = json!(previous.state.unwrap_or(ObservedReplicationState::Unknown));
+        body["message"] = json!(problem.message);
+        body["conditions"] = json!(conditions);
+        body["observedGeneration"] = json!(generation);
         ctx.apply_status(vr, body).await?;
+    }
+    if new_message {
         ctx.event(vr, true, problem.reason, problem.message.clone()).await;
     }
-    Ok(problem.retry.map_or_else(Action::await_change, |_| Action::requeue(super::retry_delay(ctx, vr))))
+    Ok(if problem.retry { Action::requeue(super::retry_delay(ctx, vr)) } else { Action::await_change() })
 }

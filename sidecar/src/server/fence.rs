@@ -59,7 +59,6 @@ impl pb::network_fence_server::NetworkFence for Fence {
         &self,
         request: Request<pb::FenceClientsRequest>,
     ) -> Result<Response<pb::FenceClientsResponse>, Status> {
-        self.0.leadership.require()?;
         let r = request.into_inner();
         let request = driver::GetFenceClientsRequest {
             parameters: r.parameters,

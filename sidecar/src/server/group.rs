@@ -23,8 +23,14 @@ impl Groups {
         driver::controller_client::ControllerClient::new(self.0.driver.clone())
     }
 
+    /// The Secret of a call that changes a group: the Lease holder's alone.
     async fn secrets(&self, namespace: &str, name: &str) -> Result<HashMap<String, String>, Status> {
         self.0.leadership.require()?;
+        self.read_secrets(namespace, name).await
+    }
+
+    /// The Secret of a call that only reads, served on every replica.
+    async fn read_secrets(&self, namespace: &str, name: &str) -> Result<HashMap<String, String>, Status> {
         self.0.secret(namespace, name, Code::Internal).await
     }
 }
@@ -83,7 +89,7 @@ impl pb::volume_group_controller_server::VolumeGroupController for Groups {
     ) -> Result<Response<pb::ControllerGetVolumeGroupResponse>, Status> {
         let r = request.into_inner();
         let request = driver::ControllerGetVolumeGroupRequest {
-            secrets: self.secrets(&r.secret_namespace, &r.secret_name).await?,
+            secrets: self.read_secrets(&r.secret_namespace, &r.secret_name).await?,
             volume_group_id: r.volume_group_id,
         };
         let result = self.client().controller_get_volume_group(request).await;

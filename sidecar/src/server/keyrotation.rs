@@ -1,5 +1,6 @@
 //! `proto.EncryptionKeyRotation`: the PV's handle, attributes and node-stage Secret, with a
 //! complete volume capability (upstream sends one without an access type, invalid in CSI).
+//! Served on every replica, leader or not.
 use std::sync::Arc;
 
 use api::proto::{encryptionkeyrotation as driver, internal as pb};
@@ -16,8 +17,8 @@ impl pb::encryption_key_rotation_server::EncryptionKeyRotation for KeyRotation {
         &self,
         request: Request<pb::EncryptionKeyRotateRequest>,
     ) -> Result<Response<pb::EncryptionKeyRotateResponse>, Status> {
+        // Served without the Lease: the manager sends it to the volume's node when it is attached.
         let b = &self.0;
-        b.leadership.require()?;
         let volume = b.volume(&request.get_ref().pv_name).await?;
         let request = driver::EncryptionKeyRotateRequest {
             volume_id: volume.handle.clone(),

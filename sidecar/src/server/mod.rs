@@ -28,8 +28,12 @@ pub enum Leadership {
 }
 
 impl Leadership {
-    /// Controller operations are served by the Lease holder only, so two sidecars never act on
-    /// the same volume at once; the controller retries on UNAVAILABLE and finds the new holder.
+    /// Controller operations that change something are served by the Lease holder only, so two
+    /// sidecars never act on the same volume at once; the controller retries on UNAVAILABLE and
+    /// finds the new holder. Reads (fence clients, replication info, a group) and the calls the
+    /// controller routes to a node's sidecar (node reclaim space, key rotation) are served on
+    /// every replica, as upstream serves everything: the manager asks every sidecar for its fence
+    /// clients, and node sidecars may advertise the controller service too.
     fn require(&self) -> Result<(), Status> {
         match self {
             Leadership::Elected { lease, holder } if !*holder.borrow() => Err(Status::unavailable(format!(

@@ -39,8 +39,18 @@ impl Replication {
         driver::controller_client::ControllerClient::new(self.0.driver.clone())
     }
 
+    /// The Secret of a call that changes replication: the Lease holder's alone.
     async fn secrets(&self, namespace: &str, name: &str) -> Result<std::collections::HashMap<String, String>, Status> {
         self.0.leadership.require()?;
+        self.read_secrets(namespace, name).await
+    }
+
+    /// The Secret of a call that only reads, served on every replica.
+    async fn read_secrets(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<std::collections::HashMap<String, String>, Status> {
         self.0.secret(namespace, name, Code::Internal).await
     }
 }
@@ -141,7 +151,7 @@ impl pb::replication_server::Replication for Replication {
     ) -> Result<Response<pb::GetVolumeReplicationInfoResponse>, Status> {
         let r = request.into_inner();
         let request = driver::GetVolumeReplicationInfoRequest {
-            secrets: self.secrets(&r.secret_namespace, &r.secret_name).await?,
+            secrets: self.read_secrets(&r.secret_namespace, &r.secret_name).await?,
             replication_source: source(r.replication_source)?,
             replication_id: r.replication_id,
             ..Default::default()
@@ -164,7 +174,7 @@ impl pb::replication_server::Replication for Replication {
     ) -> Result<Response<pb::GetReplicationDestinationInfoResponse>, Status> {
         let r = request.into_inner();
         let request = driver::GetReplicationDestinationInfoRequest {
-            secrets: self.secrets(&r.secret_namespace, &r.secret_name).await?,
+            secrets: self.read_secrets(&r.secret_namespace, &r.secret_name).await?,
             replication_source: source(r.replication_source)?,
         };
         let result = self.client().get_replication_destination_info(request).await;

@@ -1,0 +1,80 @@
+//! The manager's connections to sidecars: a healthy one is kept across passes (one TCP
+//! connection, not a dial per pass), and one is pooled before the fence clients are asked for,
+//! so a failing GetFenceClients leaves it usable.
+use std::time::Duration;
+
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use crate::manager_harness::{Stage, bound_pvc};
+
+/// The local ports of the established TCP connections to 127.0.0.1:`port` (the clients' ends),
+/// from the kernel's table.
+fn clients_of(port: u16) -> Vec<u16> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let loopback = format!("0100007F:{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (local, remote, state) = (fields.get(1)?, fields.get(2)?, fields.get(3)?);
+            // 01: ESTABLISHED.
+            (*remote == loopback && *state == "01").then(|| u16::from_str_radix(local.rsplit(':').next()?, 16).ok())?
+        })
+        .collect()
+}
+
+/// `GetCapabilities` calls the sidecar has answered, from its metrics.
+async fn capability_calls(sidecar: &crate::sidecar_harness::SidecarProcess) -> u64 {
+    let (_, body) = sidecar.http("/metrics").await.unwrap_or_default();
+    body.lines()
+        .filter(|l| l.starts_with("csi_addons_sidecar_rpcs_total{") && l.contains("/identity.Identity/GetCapabilities"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_healthy_connection_is_kept_across_passes() {
+    let stage = Stage::new("conn-reuse", &["service.CONTROLLER_SERVICE", "reclaim_space.OFFLINE"]).await;
+    let sidecar = stage.sidecar("node-k").await;
+    let first = clients_of(sidecar.port);
+    assert_eq!(first.len(), 1, "the manager holds one connection to the sidecar: {first:?}");
+    let asked = capability_calls(&sidecar).await;
+    // Each change of the CSIAddonsNode is a pass that reads the capabilities again.
+    let nodes = stage.api("CSIAddonsNode");
+    let name = nodes.list(&ListParams::default()).await.unwrap().items[0].metadata.name.clone().unwrap();
+    for i in 0..3 {
+        let patch = json!({"metadata": {"annotations": {"example.com/poke": i.to_string()}}});
+        nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    stage.manager.eventually("three more passes", async |_| capability_calls(&sidecar).await >= asked + 3).await;
+    assert_eq!(clients_of(sidecar.port), first, "a pass dialled the sidecar again");
+}
+
+#[tokio::test]
+async fn a_failing_get_fence_clients_leaves_the_connection_pooled() {
+    let capabilities = ["service.CONTROLLER_SERVICE", "reclaim_space.OFFLINE", "network_fence.GET_CLIENTS_TO_FENCE"];
+    let stage = Stage::new("conn-fence", &capabilities).await;
+    stage.driver.fail("get_fence_clients", tonic::Status::unavailable("the cluster map is stale"));
+    let class: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "csiaddons.openshift.io/v1alpha1", "kind": "NetworkFenceClass",
+        "metadata": {"name": crate::support::unique("conn-fence")},
+        "spec": {"provisioner": stage.driver_name, "parameters": {"clusterID": "c1"}},
+    }))
+    .unwrap();
+    let classes = crate::support::dynamic_api(&stage.client, "NetworkFenceClass", "");
+    let class = classes.create(&PostParams::default(), &class).await.unwrap();
+    let _sidecar = stage.sidecar("node-f").await;
+    let nodes = stage.api("CSIAddonsNode");
+    let name = nodes.list(&ListParams::default()).await.unwrap().items[0].metadata.name.clone().unwrap();
+    let warning = stage.warning(&name, "FenceClientsFailed").await;
+    assert!(warning.is_some_and(|m| m.contains("the cluster map is stale")), "no FenceClientsFailed event");
+    // The connection is in the pool all the same: a job goes through it.
+    bound_pvc(&stage.client, &stage.namespace, "data", &stage.driver_name, None, json!({})).await;
+    let status = stage.job("ReclaimSpaceJob", "through", json!({"target": {"persistentVolumeClaim": "data"}})).await;
+    assert_eq!(status["result"], "Succeeded", "{status}");
+    assert!(stage.manager.metrics_text().await.contains("csi_addons_sidecar_connections{state=\"connected\"} 1"));
+    classes.delete(&class.metadata.name.unwrap(), &Default::default()).await.unwrap();
+}
