@@ -219,18 +219,23 @@ async fn a_pod_endpoint_is_dialled_at_the_pods_ip() {
     stage.manager.eventually("Connected through the Pod's IP", async |_| state(&nodes).await.0 == "Connected").await;
 }
 
-/// `spec.timeout` bounds each call: a driver that hangs is cut off after it, retried, and the job
-/// fails with the reason (the default timeout, three minutes, would have let the call finish).
+/// `spec.timeout` bounds each call, over `--reclaim-space-timeout`: with the flag at 2 s, a
+/// driver answering after 5 s fails a job without a timeout of its own (cut off, retried, failed
+/// with the reason) and serves one whose `spec.timeout` is 60 s.
 #[tokio::test]
-async fn spec_timeout_cuts_off_a_call_that_hangs() {
-    let stage = Stage::new("rsj-timeout", &["service.CONTROLLER_SERVICE", "reclaim_space.OFFLINE"]).await;
+async fn spec_timeout_takes_over_the_managers_reclaim_space_timeout() {
+    let capabilities = ["service.CONTROLLER_SERVICE", "reclaim_space.OFFLINE"];
+    let stage = Stage::with_flags("rsj-timeout", &capabilities, &["--reclaim-space-timeout=2s"]).await;
     let _sidecar = stage.sidecar(NODE).await;
-    stage.driver.delay("controller_reclaim_space", Duration::from_secs(30));
+    stage.driver.delay("controller_reclaim_space", Duration::from_secs(5));
     bound_pvc(&stage.client, &stage.namespace, "slow", &stage.driver_name, None, json!({})).await;
-    let mut spec = target("slow");
-    spec["timeout"] = json!(1);
-    spec["backOffLimit"] = json!(1);
-    let status = stage.job("ReclaimSpaceJob", "slow", spec).await;
+    let mut patient = target("slow");
+    patient["timeout"] = json!(60);
+    let status = stage.job("ReclaimSpaceJob", "patient", patient).await;
+    assert_eq!(status["result"], "Succeeded", "{status}");
+    let mut hasty = target("slow");
+    hasty["backOffLimit"] = json!(1);
+    let status = stage.job("ReclaimSpaceJob", "hasty", hasty).await;
     assert_eq!(status["result"], "Failed", "{status}");
     let message = status["message"].as_str().unwrap();
     assert!(message.contains("backOffLimit is 1") && message.contains("controller request"), "{message}");
