@@ -100,8 +100,9 @@ pub fn parse_go_duration(text: &str) -> Option<Duration> {
     Duration::try_from_secs_f64(total).ok()
 }
 
-/// How often a primary's replication info is read: half the class's `schedulingInterval` (as
-/// is under 2 minutes); an hour when it is missing or unreadable, as upstream.
+/// How often a primary's replication info is read: half the class's `schedulingInterval` (the
+/// interval itself when it is under 2 minutes); an hour when it is missing or unreadable, as
+/// upstream.
 pub fn info_interval(parameters: Option<&BTreeMap<String, String>>) -> Duration {
     let interval = parameters.and_then(|p| p.get("schedulingInterval")).and_then(|t| parse_go_duration(t));
     match interval {
