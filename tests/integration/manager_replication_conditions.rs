@@ -143,6 +143,16 @@ async fn each_transition_sets_upstreams_conditions_at_the_current_generation() {
     until(&stage, "vr", &PROMOTED, "volume is marked primary").await;
     assert_eq!(stage.driver.count("promote_volume"), promotes + 2);
     assert!(stage.driver.last::<replication::PromoteVolumeRequest>("promote_volume").force);
+
+    // The dataSource's kind decides, whatever its apiGroup says (as upstream).
+    bound_pvc(&stage.client, &stage.namespace, "other", &stage.driver_name, None, json!({})).await;
+    let vr = json!({
+        "apiVersion": format!("{GROUP}/v1alpha1"), "kind": "VolumeReplication", "metadata": {"name": "any-group"},
+        "spec": {"volumeReplicationClass": class, "replicationState": "primary",
+                 "dataSource": {"apiGroup": "core.example.com", "kind": "PersistentVolumeClaim", "name": "other"}},
+    });
+    replications(&stage).create(&PostParams::default(), &serde_json::from_value(vr).unwrap()).await.unwrap();
+    until(&stage, "any-group", &PROMOTED, "volume is marked primary").await;
 }
 
 #[tokio::test]

@@ -173,12 +173,20 @@ async fn config_default_renders_a_locked_down_manager_that_the_api_server_accept
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
     assert_eq!(pod["serviceAccountName"], "csi-addons-controller-manager");
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical", "as upstream's bundle");
     let container = &pod["containers"][0];
     assert_eq!(container["securityContext"]["allowPrivilegeEscalation"], false);
     assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
     assert_eq!(container["securityContext"]["capabilities"]["drop"], serde_json::json!(["ALL"]));
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    // Upstream's roles for drivers' sidecars, under upstream's names.
+    for role in ["csi-addons-csiaddons-events-editor-role", "csi-addons-csiaddons-pvc-editor-role"] {
+        assert!(
+            objects.iter().any(|o| kind(o) == "ClusterRole" && o.metadata.name.as_deref() == Some(role)),
+            "no ClusterRole {role}"
+        );
+    }
     // The bindings name the prefixed roles and the ServiceAccount in the manager's namespace.
     let binding = objects.iter().find(|o| kind(o) == "ClusterRoleBinding").unwrap();
     assert_eq!(binding.data["roleRef"]["name"], "csi-addons-manager-role");
