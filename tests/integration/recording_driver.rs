@@ -10,6 +10,8 @@ use api::proto::{encryptionkeyrotation as ekr, fence, identity, reclaimspace, re
 use tonic::{Request, Response, Status};
 
 type Log = Vec<(String, Box<dyn Any + Send>)>;
+/// A method that fails, with what, and for how many more calls (None: for ever).
+type Failing = (String, Status, Option<usize>);
 
 #[derive(Clone)]
 pub struct Recorder {
@@ -17,8 +19,7 @@ pub struct Recorder {
     controller: bool,
     stages: bool,
     log: Arc<Mutex<Log>>,
-    /// A method that fails, with what, and for how many more calls (None: for ever).
-    failing: Arc<Mutex<Option<(String, Status, Option<usize>)>>>,
+    failing: Arc<Mutex<Option<Failing>>>,
     /// Methods that answer only after a while.
     delays: Arc<Mutex<Vec<(String, std::time::Duration)>>>,
     /// Per method: calls in flight now, and the most there ever were at once.
