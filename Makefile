@@ -17,11 +17,13 @@ build: ## Build every crate (debug)
 	$(CARGO) build --workspace --locked
 
 test: control-plane test-peers ## Run every test: unit tests, then the suites on a real kube-apiserver + etcd
-	# The suites run the project's binaries as real processes: build them first.
+	# The suites run the project's binaries as real processes: build them first. The reconcile
+	# futures' sizes are read in the shipped manager's profile.
 	$(CARGO) build --workspace --bins --locked
+	$(CARGO) build --profile manager --locked -p operator --example future_sizes --target $(SHIP_TARGET)
 	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" CSI_SANITY="$$(hack/csi-sanity.sh)" KUSTOMIZE="$$(hack/kustomize.sh)" \
 	PROMETHEUS_CRDS="$$(hack/prometheus-crds.sh)" OPERATOR_SDK_DIR="$$(hack/operator-sdk.sh)" HELM="$$(hack/helm.sh)" \
-	CSI_PROVISIONER="$$(hack/csi-provisioner.sh)" \
+	CSI_PROVISIONER="$$(hack/csi-provisioner.sh)" FUTURE_SIZES="$$PWD/target/$(SHIP_TARGET)/manager/examples/future_sizes" \
 	$(CARGO) test --workspace --locked
 
 test-interop: control-plane ## The story's reclaim, fence and replication steps with upstream's v0.14.0 manager or sidecar as the other half (builds upstream's once)
@@ -131,5 +133,7 @@ fmt: ## Format the code
 clippy: ## Lint with clippy (warnings are errors)
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
-lint: clippy ## Check formatting and lint
+lint: clippy ## Check formatting, lint, and that the manager's and the sidecar's modules import each other without a circle
 	$(CARGO) fmt --all --check
+	python3 hack/import-cycles.py operator/src
+	python3 hack/import-cycles.py sidecar/src

@@ -1,6 +1,6 @@
 //! CSI-Addons capabilities as strings, `<capability field>.<ENUM VALUE>` (e.g.
 //! `reclaim_space.OFFLINE`): what CSIAddonsNode status lists and what the controller matches on.
-//! Built from the enum names, never from a protobuf text rendering (upstream defect 30).
+//! Built from the enum names, never from a protobuf text rendering (upstream's derives them from a text form its protobuf library says may change).
 use crate::proto::identity::{Capability, capability};
 
 /// The string of one capability, or `None` for an empty one.

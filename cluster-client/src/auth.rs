@@ -1,7 +1,8 @@
 //! The credentials every request carries, from the kubeconfig's user (or the Pod's service
 //! account): a fixed token or basic auth, a token file read again every minute (service-account
-//! tokens rotate), or a client-go credential plugin (`exec`) run again when its token expires.
-//! Client certificates are the TLS side's (`tls.rs`). kube's own layer brings a JSONPath engine
+//! tokens rotate), or a client-go credential plugin (`exec`) run again when what it returned
+//! expires. A plugin may return a token, a client certificate, or both; certificates are handed
+//! to the TLS side (`tls.rs`), which also presents the kubeconfig's own. kube's own layer brings a JSONPath engine
 //! and a regex engine (some 500 KB of code mapped for the process's life) for auth providers
 //! client-go itself no longer has.
 use std::path::PathBuf;
@@ -15,6 +16,8 @@ use http::header::{AUTHORIZATION, HeaderValue};
 use kube::config::{AuthInfo, ExecConfig, ExecInteractiveMode};
 use secrecy::ExposeSecret;
 use tower::BoxError;
+
+use crate::tls::PluginIdentity;
 
 /// How often a token file is read again (client-go's period).
 const TOKEN_FILE_RELOAD: Duration = Duration::from_secs(60);
@@ -49,8 +52,17 @@ pub enum AuthError {
     },
     #[error("the exec credential plugin {command:?} failed ({status}): {stderr}")]
     PluginFailed { command: String, status: std::process::ExitStatus, stderr: String },
-    #[error("the exec credential plugin {command:?} printed no ExecCredential with a status.token: {detail}")]
-    NoToken { command: String, detail: String },
+    #[error(
+        "the exec credential plugin {command:?} printed no ExecCredential with a status.token or a client certificate: \
+         {detail}"
+    )]
+    NoCredential { command: String, detail: String },
+    #[error("the client certificate of the exec credential plugin {command:?}: {source}")]
+    PluginCertificate {
+        command: String,
+        #[source]
+        source: crate::tls::TlsError,
+    },
 }
 
 /// What the requests carry.
@@ -64,7 +76,10 @@ pub enum Credentials {
     Exec {
         command: String,
         plugin: Box<ExecConfig>,
-        current: tokio::sync::Mutex<Option<(HeaderValue, Option<jiff::Timestamp>)>>,
+        /// The token header (if the plugin gave one) and when what it gave expires.
+        current: tokio::sync::Mutex<Option<(Option<HeaderValue>, Option<jiff::Timestamp>)>>,
+        /// The client certificate it gave, read by TLS handshakes.
+        identity: Arc<PluginIdentity>,
     },
 }
 
@@ -101,12 +116,22 @@ impl Credentials {
                 command,
                 plugin: Box::new(plugin.clone()),
                 current: tokio::sync::Mutex::new(None),
+                identity: Arc::default(),
             });
         }
         Ok(Credentials::None)
     }
 
-    /// The Authorization header for the next request, renewed when due.
+    /// Where the client certificates an exec plugin returns are kept, for the TLS configuration.
+    pub fn plugin_identity(&self) -> Option<Arc<PluginIdentity>> {
+        match self {
+            Credentials::Exec { identity, .. } => Some(Arc::clone(identity)),
+            _ => None,
+        }
+    }
+
+    /// The Authorization header for the next request, renewed when due (and, for a plugin, the
+    /// client certificate with it, before the request needs a connection).
     pub async fn header(&self) -> Result<Option<HeaderValue>, AuthError> {
         match self {
             Credentials::None => Ok(None),
@@ -123,18 +148,22 @@ impl Credentials {
                 }
                 Ok(Some(current.0.clone()))
             }
-            Credentials::Exec { command, plugin, current } => {
+            Credentials::Exec { command, plugin, current, identity } => {
                 let mut current = current.lock().await;
                 let due = |expiry: &Option<jiff::Timestamp>| {
                     expiry.is_some_and(|at| at.duration_since(jiff::Timestamp::now()) <= EXPIRY_MARGIN)
                 };
                 match current.as_ref() {
-                    Some((header, expiry)) if !due(expiry) => Ok(Some(header.clone())),
+                    Some((header, expiry)) if !due(expiry) => Ok(header.clone()),
                     _ => {
                         let fresh = run_plugin(command, plugin).await?;
-                        let header = fresh.0.clone();
-                        *current = Some(fresh);
-                        Ok(Some(header))
+                        if let Some((certificate, key)) = &fresh.certificate {
+                            identity
+                                .set(certificate, key)
+                                .map_err(|source| AuthError::PluginCertificate { command: command.clone(), source })?;
+                        }
+                        *current = Some((fresh.header.clone(), fresh.expiry));
+                        Ok(fresh.header)
                     }
                 }
             }
@@ -157,9 +186,17 @@ fn read_token_file(path: &PathBuf) -> Result<HeaderValue, AuthError> {
     bearer(&token)
 }
 
+/// What an exec plugin printed.
+struct PluginCredential {
+    header: Option<HeaderValue>,
+    /// PEM certificate chain and key.
+    certificate: Option<(String, String)>,
+    expiry: Option<jiff::Timestamp>,
+}
+
 /// Runs the plugin as client-go does (`KUBERNETES_EXEC_INFO` set, no terminal) and reads the
-/// ExecCredential it prints: the token and when it expires.
-async fn run_plugin(command: &str, plugin: &ExecConfig) -> Result<(HeaderValue, Option<jiff::Timestamp>), AuthError> {
+/// ExecCredential it prints: a token and/or a client certificate, and when they expire.
+async fn run_plugin(command: &str, plugin: &ExecConfig) -> Result<PluginCredential, AuthError> {
     let api_version = plugin.api_version.as_deref().unwrap_or("client.authentication.k8s.io/v1");
     let mut spec = serde_json::json!({"interactive": false});
     if plugin.provide_cluster_info
@@ -190,22 +227,25 @@ async fn run_plugin(command: &str, plugin: &ExecConfig) -> Result<(HeaderValue, 
         let stderr = stderr.trim().chars().take(STDERR_SHOWN).collect();
         return Err(AuthError::PluginFailed { command: command.to_owned(), status: output.status, stderr });
     }
-    let no_token = |detail: &str| AuthError::NoToken { command: command.to_owned(), detail: detail.to_owned() };
+    let unusable = |detail: &str| AuthError::NoCredential { command: command.to_owned(), detail: detail.to_owned() };
     let credential: serde_json::Value =
-        serde_json::from_slice(&output.stdout).map_err(|e| no_token(&format!("not JSON ({e})")))?;
-    let Some(token) = credential.pointer("/status/token").and_then(|t| t.as_str()).filter(|t| !t.is_empty()) else {
-        let detail = if credential.pointer("/status/clientCertificateData").is_some() {
-            "it returned a client certificate, which this client does not take from a plugin"
-        } else {
-            "status.token is missing"
-        };
-        return Err(no_token(detail));
+        serde_json::from_slice(&output.stdout).map_err(|e| unusable(&format!("not JSON ({e})")))?;
+    let field =
+        |name: &str| credential.pointer(&format!("/status/{name}")).and_then(|t| t.as_str()).filter(|t| !t.is_empty());
+    let header = field("token").map(bearer).transpose()?;
+    let certificate = match (field("clientCertificateData"), field("clientKeyData")) {
+        (Some(certificate), Some(key)) => Some((certificate.to_owned(), key.to_owned())),
+        (None, None) => None,
+        _ => return Err(unusable("status.clientCertificateData and status.clientKeyData come together")),
     };
-    let expiry = match credential.pointer("/status/expirationTimestamp").and_then(|t| t.as_str()) {
-        Some(at) => Some(at.parse::<jiff::Timestamp>().map_err(|e| no_token(&format!("expirationTimestamp: {e}")))?),
+    if header.is_none() && certificate.is_none() {
+        return Err(unusable("status.token and status.clientCertificateData are both missing"));
+    }
+    let expiry = match field("expirationTimestamp") {
+        Some(at) => Some(at.parse::<jiff::Timestamp>().map_err(|e| unusable(&format!("expirationTimestamp: {e}")))?),
         None => None,
     };
-    Ok((bearer(token)?, expiry))
+    Ok(PluginCredential { header, certificate, expiry })
 }
 
 /// The layer putting `Credentials` on every request.
@@ -350,7 +390,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut config = user(&plugin(dir.path(), "{}"));
         let silent = Credentials::of(&config).unwrap().header().await.unwrap_err().to_string();
-        assert!(silent.contains("status.token is missing"), "{silent}");
+        assert!(silent.contains("status.token and status.clientCertificateData are both missing"), "{silent}");
         config.exec.as_mut().unwrap().env = None;
         let failing = Credentials::of(&config).unwrap().header().await.unwrap_err().to_string();
         assert!(failing.contains("failed") && failing.contains("env not passed"), "{failing}");

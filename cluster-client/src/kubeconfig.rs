@@ -1,10 +1,12 @@
 //! Where the client's configuration comes from, in controller-runtime's order: an explicit
 //! kubeconfig (`--kubeconfig`), then `KUBECONFIG` (a list of files, merged), then the Pod's
-//! service account (in-cluster), then `~/.kube/config`.
+//! service account (in-cluster), then `~/.kube/config`. The proxy is chosen as client-go
+//! chooses it (`proxy.rs`), wherever the configuration came from.
 use std::path::{Path, PathBuf};
 
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 
+use crate::proxy;
 use crate::yaml::{self, YamlError};
 
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +33,8 @@ pub enum ConfigError {
     Kubeconfig(#[from] KubeconfigError),
     #[error("none of the files in KUBECONFIG ({0}) exists")]
     NoKubeconfigFile(String),
+    #[error(transparent)]
+    Proxy(#[from] crate::proxy::ProxyError),
     #[error("in-cluster configuration: {0}")]
     InCluster(#[from] kube::config::InClusterError),
     #[error(
@@ -42,6 +46,31 @@ pub enum ConfigError {
 
 /// The configuration to use (see the module's order).
 pub async fn infer(explicit: Option<&Path>) -> Result<kube::Config, ConfigError> {
+    let (mut config, kubeconfig_proxy) = load(explicit).await?;
+    with_proxy(&mut config, kubeconfig_proxy.as_deref(), &proxy::Environment::current())?;
+    Ok(config)
+}
+
+/// Sets `config`'s proxy as client-go would choose it (kube's loader takes `HTTPS_PROXY` for
+/// any server and ignores `NO_PROXY`).
+pub fn with_proxy(
+    config: &mut kube::Config,
+    kubeconfig_proxy: Option<&str>,
+    environment: &proxy::Environment,
+) -> Result<(), ConfigError> {
+    config.proxy_url = match proxy::choose(&config.cluster_url, kubeconfig_proxy, environment)? {
+        Some(chosen) => Some(chosen.to_uri().map_err(|e| proxy::ProxyError::Invalid {
+            source_name: "the proxy URL",
+            value: format!("{:?}", chosen.address),
+            reason: e.to_string(),
+        })?),
+        None => None,
+    };
+    Ok(())
+}
+
+/// The configuration and the kubeconfig's `proxy-url` for its current context, if any.
+async fn load(explicit: Option<&Path>) -> Result<(kube::Config, Option<String>), ConfigError> {
     if let Some(path) = explicit.filter(|p| !p.as_os_str().is_empty()) {
         return from_kubeconfig(read(path)?).await;
     }
@@ -59,7 +88,7 @@ pub async fn infer(explicit: Option<&Path>) -> Result<kube::Config, ConfigError>
         return from_kubeconfig(merged).await;
     }
     if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
-        return Ok(kube::Config::incluster()?);
+        return Ok((kube::Config::incluster()?, None));
     }
     let home = std::env::var_os("HOME").map(|home| Path::new(&home).join(".kube").join("config"));
     match home.filter(|p| p.exists()) {
@@ -68,8 +97,17 @@ pub async fn infer(explicit: Option<&Path>) -> Result<kube::Config, ConfigError>
     }
 }
 
-async fn from_kubeconfig(kubeconfig: Kubeconfig) -> Result<kube::Config, ConfigError> {
-    Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?)
+async fn from_kubeconfig(kubeconfig: Kubeconfig) -> Result<(kube::Config, Option<String>), ConfigError> {
+    let proxy = current_proxy_url(&kubeconfig);
+    Ok((kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?, proxy))
+}
+
+/// The `proxy-url` of the current context's cluster.
+fn current_proxy_url(kubeconfig: &Kubeconfig) -> Option<String> {
+    let current = kubeconfig.current_context.as_deref()?;
+    let context = kubeconfig.contexts.iter().find(|c| c.name == current)?.context.as_ref()?;
+    let cluster = kubeconfig.clusters.iter().find(|c| c.name == context.cluster)?.cluster.as_ref()?;
+    cluster.proxy_url.clone().filter(|url| !url.is_empty())
 }
 
 /// One kubeconfig file (its documents merged), its relative paths taken from its directory as

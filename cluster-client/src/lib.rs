@@ -22,8 +22,12 @@ use tower::retry::RetryLayer;
 use tower::{BoxError, ServiceBuilder};
 
 pub mod auth;
+mod connect;
+pub mod election;
 pub mod kubeconfig;
+pub mod proxy;
 pub mod tls;
+pub mod token_review;
 pub mod yaml;
 
 pub use kubeconfig::ConfigError;
@@ -49,11 +53,10 @@ pub enum ClientError {
         #[source]
         source: rustls::pki_types::InvalidDnsNameError,
     },
-    #[error(
-        "a proxy is configured ({0}: the kubeconfig's proxy-url or HTTPS_PROXY); this client connects to the API server \
-         directly: remove the proxy from the kubeconfig or the environment"
-    )]
-    Proxy(String),
+    #[error("the proxy: {0}")]
+    Proxy(#[from] proxy::ProxyError),
+    #[error("the proxy's credentials are not valid in an HTTP header")]
+    ProxyCredentials(#[source] http::header::InvalidHeaderValue),
 }
 
 /// A client configured as `kubeconfig::infer` finds, with at most `in_flight` requests at once
@@ -66,13 +69,17 @@ pub async fn client(kubeconfig: Option<&Path>, in_flight: Option<usize>) -> Resu
 
 /// A client for `config` (see `client`).
 pub fn client_for(config: kube::Config, in_flight: Option<usize>) -> Result<kube::Client, ClientError> {
-    if let Some(proxy) = &config.proxy_url {
-        return Err(ClientError::Proxy(proxy.to_string()));
-    }
+    let proxy = match &config.proxy_url {
+        Some(url) => Some(proxy::Proxy::parse("the proxy URL", &url.to_string())?),
+        None => None,
+    };
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_connect_timeout(config.connect_timeout);
-    let tls = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls::client_config(&config)?).https_or_http();
+    let route = connect::Route::new(http, proxy.as_ref()).map_err(ClientError::ProxyCredentials)?;
+    let credentials = auth::Credentials::of(&config.auth_info)?;
+    let tls_config = tls::client_config(&config, credentials.plugin_identity())?;
+    let tls = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls_config).https_or_http();
     let tls = match &config.tls_server_name {
         Some(name) => {
             let server_name = rustls::pki_types::ServerName::try_from(name.clone())
@@ -81,14 +88,13 @@ pub fn client_for(config: kube::Config, in_flight: Option<usize>) -> Result<kube
         }
         None => tls,
     };
-    let connector = tls.enable_all_versions().wrap_connector(http);
+    let connector = tls.enable_all_versions().wrap_connector(route);
     let hyper = HyperClient::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
         .http2_keep_alive_interval(PING_INTERVAL)
         .http2_keep_alive_timeout(PING_TIMEOUT)
         .http2_keep_alive_while_idle(true)
         .build(connector);
-    let credentials = auth::Credentials::of(&config.auth_info)?;
     let service = ServiceBuilder::new()
         .option_layer(in_flight.map(ConcurrencyLimitLayer::new))
         .layer(config.base_uri_layer())

@@ -1,15 +1,17 @@
 //! The TLS side of the API server connection: whose certificate is trusted (the kubeconfig's CA,
 //! the Pod's service-account CA re-read every minute so a rotated CA is picked up, or the
-//! system's roots when no CA is named) and the client certificate when the user has one.
+//! system's roots when no CA is named) and the client certificate when the user has one, or the
+//! one an exec credential plugin returned last.
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{ResolvesClientCert, WebPkiServerVerifier};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use secrecy::ExposeSecret;
 
@@ -47,8 +49,9 @@ fn ring() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// The client TLS configuration for `config` (no ALPN: the connector sets it).
-pub fn client_config(config: &kube::Config) -> Result<ClientConfig, TlsError> {
+/// The client TLS configuration for `config` (no ALPN: the connector sets it). The kubeconfig's
+/// own client certificate comes first; without one, a plugin's (`plugin`) is presented.
+pub fn client_config(config: &kube::Config, plugin: Option<Arc<PluginIdentity>>) -> Result<ClientConfig, TlsError> {
     let verifier: Arc<dyn ServerCertVerifier> = if config.accept_invalid_certs {
         AnyServer::new()
     } else if let Some(path) = &config.root_cert_file {
@@ -63,10 +66,47 @@ pub fn client_config(config: &kube::Config) -> Result<ClientConfig, TlsError> {
         .with_safe_default_protocol_versions()?
         .dangerous()
         .with_custom_certificate_verifier(verifier);
-    Ok(match identity(&config.auth_info)? {
-        Some((chain, key)) => builder.with_client_auth_cert(chain, key)?,
-        None => builder.with_no_client_auth(),
+    Ok(match (identity(&config.auth_info)?, plugin) {
+        (Some((chain, key)), _) => builder.with_client_auth_cert(chain, key)?,
+        (None, Some(plugin)) => builder.with_client_cert_resolver(plugin),
+        (None, None) => builder.with_no_client_auth(),
     })
+}
+
+/// The client certificate an exec credential plugin returned last: set before each request
+/// that ran the plugin, read by the handshakes of connections opened after it.
+#[derive(Debug, Default)]
+pub struct PluginIdentity(RwLock<Option<Arc<CertifiedKey>>>);
+
+impl PluginIdentity {
+    /// Presents `certificate` (a PEM chain) with `key` (PEM) from now on.
+    pub fn set(&self, certificate: &str, key: &str) -> Result<(), TlsError> {
+        let chain = pem_certificates(certificate.as_bytes());
+        if chain.is_empty() {
+            return Err(TlsError::Pem { what: "the client certificate", expected: "CERTIFICATE" });
+        }
+        let key = PrivateKeyDer::from_pem_slice(key.as_bytes())
+            .map_err(|_| TlsError::Pem { what: "the client key", expected: "PRIVATE KEY" })?;
+        let signing_key = ring().key_provider.load_private_key(key)?;
+        let certified = Arc::new(CertifiedKey::new(chain, signing_key));
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some(certified);
+        Ok(())
+    }
+
+    /// The certificate presented now, if the plugin has returned one.
+    pub fn current(&self) -> Option<Arc<CertifiedKey>> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl ResolvesClientCert for PluginIdentity {
+    fn resolve(&self, _: &[&[u8]], _: &[SignatureScheme]) -> Option<Arc<CertifiedKey>> {
+        self.current()
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
 }
 
 fn verifier_for(roots: Vec<CertificateDer<'_>>) -> Result<Arc<WebPkiServerVerifier>, TlsError> {

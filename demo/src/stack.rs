@@ -2,7 +2,7 @@
 //! csi-provisioner and the manager, as local processes that die with this one.
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -171,30 +171,23 @@ impl Stack {
         let manager_account =
             stack.service_account(MANAGER_NAMESPACE, MANAGER_ACCOUNT, options.manager.is_upstream()).await?;
         let kubeconfig = stack.manager_kubeconfig(&manager_account).await?;
-        let mut manager = match &options.manager {
+        let (mut manager, metrics) = match &options.manager {
             Build::Ours => {
                 say("starting csi-addons-manager as its ServiceAccount, bound to the release RBAC (no Secrets)");
-                let mut manager = Command::new(options.bin_dir.join("csi-addons-manager"));
-                manager
-                    .arg(format!("--sidecar-token-file={}", manager_account.token().display()))
-                    .arg(format!("--metrics-bind-address=127.0.0.1:{}", free_port()?))
-                    .env_remove("KUBERNETES_SERVICE_HOST")
-                    .env("RUST_LOG", "info")
-                    .env("NO_COLOR", "1");
-                manager
+                let mut manager = testenv::manager::ours(&options.bin_dir.join("csi-addons-manager"));
+                manager.arg(format!("--sidecar-token-file={}", manager_account.token().display()));
+                (manager, Some(free_port()?))
             }
             Build::Upstream(binary) => {
                 say("starting upstream's manager v0.14.0 as the manager's ServiceAccount (cluster-admin: a test peer)");
                 let mut manager = manager_account.in_cluster_command(binary, &stack.api_port());
-                manager.args(["--metrics-bind-address=0", "--leader-elect=false"]);
-                manager
+                manager.arg("--leader-elect=false");
+                (manager, None)
             }
         };
-        manager
-            .arg(format!("--namespace={MANAGER_NAMESPACE}"))
-            .arg(format!("--enable-auth={}", options.auth))
-            .arg(format!("--health-probe-bind-address=127.0.0.1:{}", free_port()?))
-            .env("KUBECONFIG", kubeconfig);
+        let ports = testenv::manager::Ports { health: free_port()?, metrics };
+        testenv::manager::configure(&mut manager, MANAGER_NAMESPACE, &kubeconfig, ports);
+        manager.arg(format!("--enable-auth={}", options.auth));
         stack.spawn("csi-addons-manager", manager)?;
 
         say("starting csi-provisioner v6.3.0 against the controller plugin");
@@ -349,37 +342,20 @@ impl Stack {
     }
 
     async fn wait_for_file(&mut self, component: &'static str, path: &Path) -> Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !path.exists() {
-            if let Some(exited) = self.exited() {
-                return Err(Error::Manifest(exited));
-            }
-            if Instant::now() > deadline {
-                return Err(Error::Timeout { what: format!("{component} to create {}", path.display()), seconds: 30 });
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Ok(())
+        let created = testenv::poll::try_until(Duration::from_secs(30), async || match self.exited() {
+            _ if path.exists() => Ok(Some(())),
+            Some(exited) => Err(Error::Manifest(exited)),
+            None => Ok(None),
+        })
+        .await?;
+        created.ok_or_else(|| Error::Timeout { what: format!("{component} to create {}", path.display()), seconds: 30 })
     }
 
-    /// Polls `check` every 250 ms until it yields a value; after `seconds`, a timeout that names
-    /// `what`.
-    pub async fn until<T>(
-        &self,
-        what: &str,
-        seconds: u64,
-        mut check: impl AsyncFnMut() -> Result<Option<T>>,
-    ) -> Result<T> {
-        let deadline = Instant::now() + Duration::from_secs(seconds);
-        loop {
-            if let Some(value) = check().await? {
-                return Ok(value);
-            }
-            if Instant::now() > deadline {
-                return Err(Error::Timeout { what: what.to_owned(), seconds });
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+    /// Polls `check` until it yields a value; after `seconds`, a timeout that names `what`.
+    pub async fn until<T>(&self, what: &str, seconds: u64, check: impl AsyncFnMut() -> Result<Option<T>>) -> Result<T> {
+        testenv::poll::try_until(Duration::from_secs(seconds), check)
+            .await?
+            .ok_or_else(|| Error::Timeout { what: what.to_owned(), seconds })
     }
 }
 
@@ -406,14 +382,9 @@ fn free_port() -> Result<u16> {
 
 /// A gRPC channel over a Unix socket.
 pub async fn unix_channel(path: &Path) -> Result<Channel> {
-    let socket = path.to_path_buf();
-    Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-            let socket = socket.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(socket).await?))
-            }
-        }))
-        .await
-        .map_err(|e| Error::Connect { endpoint: path.display().to_string(), source: std::io::Error::other(e) })
+    let failed = |e: tonic::transport::Error| Error::Connect {
+        endpoint: path.display().to_string(),
+        source: std::io::Error::other(e),
+    };
+    Endpoint::from_shared(format!("unix://{}", path.display())).map_err(failed)?.connect().await.map_err(failed)
 }

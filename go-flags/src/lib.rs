@@ -49,19 +49,28 @@ pub fn flags_without_env(command: &clap::Command) -> Vec<String> {
         .collect()
 }
 
+/// A flag value that is not what Go's flag package would take.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GoValueError {
+    #[error("{0:?} is not a boolean (true or false)")]
+    NotABool(String),
+    #[error("{0:?} is not a duration like 30s, 1m30s or 300ms")]
+    NotADuration(String),
+}
+
 /// Parses Go's boolean flag values: `1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False`.
-pub fn parse_go_bool(value: &str) -> Result<bool, String> {
+pub fn parse_go_bool(value: &str) -> Result<bool, GoValueError> {
     match value {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err(format!("{value:?} is not a boolean (true or false)")),
+        _ => Err(GoValueError::NotABool(value.to_owned())),
     }
 }
 
 /// Parses a Go duration (`300ms`, `1.5h`, `2h45m`, `15s`, `0`): a sequence of decimal numbers
 /// each with a unit `ns`, `us` (or `µs`), `ms`, `s`, `m`, `h`.
-pub fn parse_go_duration(text: &str) -> Result<std::time::Duration, String> {
-    let bad = || format!("{text:?} is not a duration like 30s, 1m30s or 300ms");
+pub fn parse_go_duration(text: &str) -> Result<std::time::Duration, GoValueError> {
+    let bad = || GoValueError::NotADuration(text.to_owned());
     if text == "0" {
         return Ok(std::time::Duration::ZERO);
     }

@@ -2,48 +2,17 @@
 //! Pod, PersistentVolume (every in-tree volume source) and VolumeAttachment (an inline PV spec)
 //! bring deserialisers of some 250 KB of code that would stay mapped for the process's life, for
 //! reads that need one to three fields.
-use std::borrow::Cow;
-
+//!
+//! Each takes its kind's identity (group, version, kind, plural, scope) from k8s-openapi's type:
+//! those are constants, none of that type's code.
+use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::{ClusterResourceScope, NamespaceResourceScope};
 use serde::Deserialize;
 
-/// `kube::Resource` for a built-in kind: scope, group, version, kind, plural.
-macro_rules! builtin_resource {
-    ($type:ty, $scope:ty, $group:literal, $version:literal, $kind:literal, $plural:literal) => {
-        impl kube::Resource for $type {
-            type DynamicType = ();
-            type Scope = $scope;
-
-            fn kind(_: &()) -> Cow<'_, str> {
-                $kind.into()
-            }
-
-            fn group(_: &()) -> Cow<'_, str> {
-                $group.into()
-            }
-
-            fn version(_: &()) -> Cow<'_, str> {
-                $version.into()
-            }
-
-            fn plural(_: &()) -> Cow<'_, str> {
-                $plural.into()
-            }
-
-            fn meta(&self) -> &ObjectMeta {
-                &self.metadata
-            }
-
-            fn meta_mut(&mut self) -> &mut ObjectMeta {
-                &mut self.metadata
-            }
-        }
-    };
-}
-
 /// A PersistentVolume: its name and, for a CSI volume, the driver and the volume handle.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(kube::Resource, Clone, Debug, Deserialize)]
+#[resource(inherit = PersistentVolume)]
 pub struct CsiPv {
     pub metadata: ObjectMeta,
     #[serde(default)]
@@ -63,11 +32,10 @@ pub struct CsiSource {
     pub volume_handle: String,
 }
 
-builtin_resource!(CsiPv, ClusterResourceScope, "", "v1", "PersistentVolume", "persistentvolumes");
-
 /// A VolumeAttachment: whether it is attached, of which PV (none for an inline volume), to which
 /// node.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(kube::Resource, Clone, Debug, Default, Deserialize)]
+#[resource(inherit = VolumeAttachment)]
 pub struct Attachment {
     pub metadata: ObjectMeta,
     pub spec: AttachmentSpec,
@@ -96,10 +64,9 @@ pub struct AttachmentStatus {
     pub attached: bool,
 }
 
-builtin_resource!(Attachment, ClusterResourceScope, "storage.k8s.io", "v1", "VolumeAttachment", "volumeattachments");
-
 /// A Pod: its IP, which a `pod://` endpoint is dialled at.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(kube::Resource, Clone, Debug, Deserialize)]
+#[resource(inherit = Pod)]
 pub struct PodIp {
     pub metadata: ObjectMeta,
     #[serde(default)]
@@ -111,8 +78,6 @@ pub struct PodIpStatus {
     #[serde(rename = "podIP")]
     pub pod_ip: Option<String>,
 }
-
-builtin_resource!(PodIp, NamespaceResourceScope, "", "v1", "Pod", "pods");
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,6 @@
 //! The settings the controllers run with: the flags, overridden by the `csi-addons-config`
-//! ConfigMap ([main]'s keys). Unlike upstream, a change to the ConfigMap is applied without a
-//! restart; a bad value is refused as a whole and the settings in force stay.
+//! ConfigMap (its main branch's keys too). Unlike upstream, a change to the ConfigMap is applied
+//! without a restart; a bad value is refused as a whole and the settings in force stay.
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ pub enum ConfigError {
     #[error("{CONFIG_MAP}: unknown key {0:?} (known: {known})", known = KEYS.join(", "))]
     UnknownKey(String),
     #[error("{CONFIG_MAP}: {key}={value:?}: {why}")]
-    BadValue { key: &'static str, value: String, why: String },
+    BadValue { key: &'static str, value: String, why: flags::BadValue },
 }
 
 const KEYS: [&str; 8] = [
@@ -64,17 +64,18 @@ impl Settings {
     pub fn with_config_map(base: &Settings, data: &BTreeMap<String, String>) -> Result<Settings, ConfigError> {
         let mut settings = base.clone();
         for (key, value) in data {
-            let bad = |key: &'static str, why: String| ConfigError::BadValue { key, value: value.clone(), why };
+            let bad =
+                |key: &'static str, why: flags::BadValue| ConfigError::BadValue { key, value: value.clone(), why };
             match key.as_str() {
                 "reclaim-space-timeout" => {
                     settings.reclaim_space_timeout =
-                        positive(value).map_err(|why| bad("reclaim-space-timeout", why))?;
+                        flags::positive_duration(value).map_err(|why| bad("reclaim-space-timeout", why))?;
                 }
                 "max-concurrent-reconciles" => {
-                    settings.max_concurrent_reconciles =
-                        flags::at_least_one(value).map_err(|why| bad("max-concurrent-reconciles", why)).and_then(
-                            |n| usize::try_from(n).map_err(|e| bad("max-concurrent-reconciles", e.to_string())),
-                        )?;
+                    let workers = flags::at_least_one(value).map_err(|why| bad("max-concurrent-reconciles", why))?;
+                    // A count past what the machine can address is no count of workers.
+                    settings.max_concurrent_reconciles = usize::try_from(workers)
+                        .map_err(|_| bad("max-concurrent-reconciles", flags::BadValue::NotPositive(value.clone())))?;
                 }
                 "max-group-pvcs" => {
                     settings.max_group_pvcs =
@@ -95,11 +96,11 @@ impl Settings {
                 }
                 "volume-health-cleanup-interval" => {
                     settings.volume_health_cleanup_interval =
-                        positive(value).map_err(|why| bad("volume-health-cleanup-interval", why))?;
+                        flags::positive_duration(value).map_err(|why| bad("volume-health-cleanup-interval", why))?;
                 }
                 "volume-health-stale-threshold" => {
                     settings.volume_health_stale_threshold =
-                        positive(value).map_err(|why| bad("volume-health-stale-threshold", why))?;
+                        flags::positive_duration(value).map_err(|why| bad("volume-health-stale-threshold", why))?;
                 }
                 other => return Err(ConfigError::UnknownKey(other.to_owned())),
             }
@@ -152,13 +153,6 @@ impl Settings {
             format!("{:?}", next.volume_health_stale_threshold),
         );
         changes
-    }
-}
-
-fn positive(text: &str) -> Result<Duration, String> {
-    match go_flags::parse_go_duration(text)? {
-        d if d.is_zero() => Err("must be longer than zero".to_owned()),
-        d => Ok(d),
     }
 }
 

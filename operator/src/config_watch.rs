@@ -22,7 +22,7 @@ pub async fn follow(
     mut stop: watch::Receiver<bool>,
 ) {
     let api = Api::<ConfigMap>::namespaced(client.clone(), &namespace);
-    let recorder = EventRecorder::new(client, crate::context::FIELD_MANAGER, None);
+    let recorder = EventRecorder::new(client, crate::core::FIELD_MANAGER, None);
     let config = watcher::Config::default().fields(&format!("metadata.name={CONFIG_MAP}"));
     let mut events = std::pin::pin!(watcher::watcher(api, config));
     loop {

@@ -1,50 +1,68 @@
-//! The manager's command line: upstream's flags with the same defaults ([main]'s included), in
-//! Go's forms too, each also from an environment variable; values are validated (upstream takes
-//! several unchecked).
+//! The manager's command line: upstream's flags with the same defaults (those of its main branch
+//! included), in Go's forms too, each also from an environment variable; values are validated
+//! (upstream takes several unchecked).
 use std::time::Duration;
 
 use clap::Parser;
 
-fn duration(text: &str) -> Result<Duration, String> {
-    go_flags::parse_go_duration(text)
+/// A flag or ConfigMap value the setting does not take.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadValue {
+    #[error(transparent)]
+    Go(#[from] go_flags::GoValueError),
+    #[error("must be longer than zero")]
+    Zero,
+    #[error("{0:?} is not a whole number")]
+    NotWhole(String),
+    #[error("{0:?} is not a whole number of at least 1")]
+    NotPositive(String),
+    #[error("{0:?} is not a whole number from 1 to 100")]
+    NotGroupLimit(String),
+    #[error("{0:?} is not one of pvc, storageclass")]
+    NotPrecedence(String),
 }
 
-fn positive_duration(text: &str) -> Result<Duration, String> {
+fn duration(text: &str) -> Result<Duration, BadValue> {
+    Ok(go_flags::parse_go_duration(text)?)
+}
+
+/// A Go duration longer than zero.
+pub fn positive_duration(text: &str) -> Result<Duration, BadValue> {
     match duration(text)? {
-        d if d.is_zero() => Err("must be longer than zero".to_owned()),
+        d if d.is_zero() => Err(BadValue::Zero),
         d => Ok(d),
     }
 }
 
-fn boolean(text: &str) -> Result<bool, String> {
-    go_flags::parse_go_bool(text)
+fn boolean(text: &str) -> Result<bool, BadValue> {
+    Ok(go_flags::parse_go_bool(text)?)
 }
 
 /// At least one worker.
-fn workers(text: &str) -> Result<usize, String> {
+fn workers(text: &str) -> Result<usize, BadValue> {
     match text.trim().parse::<usize>() {
-        Ok(0) | Err(_) => Err(format!("{text:?} is not a whole number of at least 1")),
+        Ok(0) | Err(_) => Err(BadValue::NotPositive(text.to_owned())),
         Ok(n) => Ok(n),
     }
 }
 
 /// Group PVC limit: 1..=100, as upstream's ConfigMap key (its flag is not checked).
-pub fn group_pvc_limit(text: &str) -> Result<u32, String> {
+pub fn group_pvc_limit(text: &str) -> Result<u32, BadValue> {
     match text.trim().parse::<u32>() {
         Ok(n @ 1..=100) => Ok(n),
-        _ => Err(format!("{text:?} is not a whole number from 1 to 100")),
+        _ => Err(BadValue::NotGroupLimit(text.to_owned())),
     }
 }
 
-/// A whole number of at least 1 (seconds or hours, per flag).
 /// A whole number, zero included.
-pub fn whole_number(text: &str) -> Result<u64, String> {
-    text.trim().parse::<u64>().map_err(|_| format!("{text:?} is not a whole number"))
+pub fn whole_number(text: &str) -> Result<u64, BadValue> {
+    text.trim().parse::<u64>().map_err(|_| BadValue::NotWhole(text.to_owned()))
 }
 
-pub fn at_least_one(text: &str) -> Result<u64, String> {
+/// A whole number of at least 1 (seconds or hours, per flag).
+pub fn at_least_one(text: &str) -> Result<u64, BadValue> {
     match text.trim().parse::<u64>() {
-        Ok(0) | Err(_) => Err(format!("{text:?} is not a whole number of at least 1")),
+        Ok(0) | Err(_) => Err(BadValue::NotPositive(text.to_owned())),
         Ok(n) => Ok(n),
     }
 }
@@ -60,11 +78,11 @@ pub enum SchedulePrecedence {
 
 impl SchedulePrecedence {
     /// `pvc`, `storageclass`, and upstream's legacy forms: `sc-only` and empty.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, BadValue> {
         match text.trim() {
             "" | "pvc" => Ok(SchedulePrecedence::Pvc),
             "storageclass" | "sc-only" => Ok(SchedulePrecedence::StorageClass),
-            other => Err(format!("{other:?} is not one of pvc, storageclass")),
+            other => Err(BadValue::NotPrecedence(other.to_owned())),
         }
     }
 }

@@ -2,31 +2,24 @@
 
 #![forbid(unsafe_code)]
 
-pub mod annotations;
-pub mod attachments;
 pub mod cache_ready;
 pub mod claim;
 pub mod compact;
 pub mod config;
 pub mod config_watch;
-pub mod context;
 pub mod controllers;
-pub mod cronjob;
+pub mod core;
 pub mod events;
-pub mod fencing;
 pub mod flags;
-pub mod job;
+pub mod future_sizes;
 pub mod manager;
 pub mod metrics;
 pub mod names;
 pub mod pool;
-pub mod pv_drivers;
-pub mod replication;
+pub mod runner;
 pub mod schedule;
 pub mod secure_metrics;
 pub mod sidecar_client;
-pub mod volume_health;
-pub mod wakeups;
 
 pub use flags::ManagerCli;
 

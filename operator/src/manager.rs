@@ -15,7 +15,7 @@ use prometheus::IntGaugeVec;
 use tokio::sync::watch;
 
 use crate::config::{CONFIG_MAP, ConfigError, Settings};
-use crate::context::{CacheSync, Context};
+use crate::core::{CacheSync, Core};
 use crate::flags::ManagerCli;
 use crate::metrics::Metrics;
 use crate::secure_metrics::{MetricsAuth, TlsListener, authorize};
@@ -84,9 +84,21 @@ pub async fn initial_settings(client: &kube::Client, cli: &ManagerCli) -> Result
     }
 }
 
+/// Why `/readyz` says not ready.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum NotReady {
+    #[error("not checked yet")]
+    NotChecked,
+    /// The API server's answer, as text (it is compared with the last one).
+    #[error("the API server does not serve CSIAddonsNodes: {0}")]
+    ApiServer(String),
+    #[error("caches not synced yet: {}", .0.join(", "))]
+    Caches(Vec<&'static str>),
+}
+
 #[derive(Clone)]
 struct Probes {
-    ready: watch::Receiver<Result<(), String>>,
+    ready: watch::Receiver<Result<(), NotReady>>,
     metrics: Metrics,
 }
 
@@ -106,15 +118,15 @@ async fn serve_metrics(State(probes): State<Probes>) -> String {
 async fn watch_readiness(
     client: kube::Client,
     caches: CacheSync,
-    ready: watch::Sender<Result<(), String>>,
+    ready: watch::Sender<Result<(), NotReady>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let nodes = Api::<CSIAddonsNode>::all(client);
     loop {
         let unsynced = caches.unsynced();
         let state = match nodes.list_metadata(&ListParams::default().limit(1)).await {
-            Err(e) => Err(format!("the API server does not serve CSIAddonsNodes: {e}")),
-            Ok(_) if !unsynced.is_empty() => Err(format!("caches not synced yet: {}", unsynced.join(", "))),
+            Err(e) => Err(NotReady::ApiServer(e.to_string())),
+            Ok(_) if !unsynced.is_empty() => Err(NotReady::Caches(unsynced)),
             Ok(_) => Ok(()),
         };
         ready.send_if_modified(|current| {
@@ -166,45 +178,20 @@ async fn elect(
     identity: String,
     gauge: prometheus::IntGauge,
     leading_tx: watch::Sender<bool>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
-    let duration = cli.leader_election_lease_duration.as_secs().max(2);
-    let grace = duration.saturating_sub(cli.leader_election_renew_deadline.as_secs()).clamp(1, duration - 1);
-    let manager = loop {
-        let built = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), LEASE_NAME)
-            .with_namespace(&cli.namespace)
-            .with_identity(&identity)
-            .with_duration(duration)
-            .with_grace(grace)
-            .build();
-        tokio::select! {
-            built = built => match built {
-                Ok(manager) => break manager,
-                Err(e) => tracing::warn!(error = %e, "cannot use the manager's Lease yet; retrying"),
-            },
-            _ = stop.wait_for(|s| *s) => return,
-        }
-        tokio::select! {
-            () = tokio::time::sleep(cli.leader_election_retry_period) => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
+    let lease =
+        cluster_client::election::Lease { namespace: cli.namespace.clone(), name: LEASE_NAME.to_owned(), identity };
+    let timings = cluster_client::election::Timings {
+        lease_duration: cli.leader_election_lease_duration,
+        renew_deadline: cli.leader_election_renew_deadline,
+        retry_period: cli.leader_election_retry_period,
     };
-    let (mut leading, task) = manager.watch().await;
-    loop {
-        let now = *leading.borrow_and_update();
+    let leading = move |now: bool| {
         gauge.set(i64::from(now));
         leading_tx.send_replace(now);
-        tracing::info!(lease = %format!("{}/{LEASE_NAME}", cli.namespace), leading = now, "leadership");
-        tokio::select! {
-            changed = leading.changed() => if changed.is_err() { break },
-            _ = stop.wait_for(|s| *s) => break,
-        }
-    }
-    gauge.set(0);
-    leading_tx.send_replace(false);
-    // Dropping the last receiver releases the Lease.
-    drop(leading);
-    let _ = task.await;
+    };
+    cluster_client::election::compete(client, lease, timings, leading, stop).await;
 }
 
 /// The controllers, by the names controller-runtime gives upstream's (dashboards key on them).
@@ -238,7 +225,7 @@ async fn publish_workers(mut settings: watch::Receiver<Settings>, gauge: IntGaug
 
 /// Runs the reconcilers while this manager leads; stops them when it stops leading.
 async fn lead(
-    ctx: Arc<Context>,
+    ctx: Arc<Core>,
     volume_health_cleanup: bool,
     mut leading: watch::Receiver<bool>,
     stop: watch::Receiver<bool>,
@@ -252,7 +239,7 @@ async fn lead(
         let workers = ctx.settings().max_concurrent_reconciles;
         tracing::info!(workers, "leading: starting the reconcilers");
         let (child_tx, child) = watch::channel(false);
-        let running = tokio::spawn(crate::controllers::run_all(ctx.clone(), volume_health_cleanup, child));
+        let running = tokio::spawn(crate::runner::run_all(ctx.clone(), volume_health_cleanup, child));
         let mut settings = ctx.settings.clone();
         tokio::select! {
             _ = leading.wait_for(|l| !*l) => tracing::info!("no longer leading: stopping the reconcilers"),
@@ -297,7 +284,7 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
     let max_workers = metrics.max_concurrent.clone();
     let (stop_tx, stop) = watch::channel(false);
     let stop_tx = Arc::new(stop_tx);
-    let (ready_tx, ready) = watch::channel(Err("not checked yet".to_owned()));
+    let (ready_tx, ready) = watch::channel(Err(NotReady::NotChecked));
     let probes = Probes { ready, metrics: metrics.clone() };
 
     // The probes come first, so a manager that cannot reach the API server says so on /readyz.
@@ -354,7 +341,7 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
         .ok()
         .filter(|p| !p.is_empty())
         .unwrap_or_else(|| format!("csi-addons-manager-{}", std::process::id()));
-    let ctx = Arc::new(Context::new(
+    let core = Arc::new(Core::new(
         client.clone(),
         security,
         settings_rx.clone(),
@@ -384,7 +371,7 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
             drop(leading_tx);
         });
     }
-    tasks.spawn(lead(ctx, cli.enable_volume_health_cleanup, leading, stop.clone()));
+    tasks.spawn(lead(core, cli.enable_volume_health_cleanup, leading, stop.clone()));
 
     let on_signal = stop_tx.clone();
     tokio::spawn(async move {

@@ -10,6 +10,8 @@ pub struct Metrics {
     pub leader: IntGaugeVec,
     pub reconcile_total: IntCounterVec,
     pub reconcile_errors: IntCounterVec,
+    /// Ours: failed passes by controller and category (transient, permanent, configuration).
+    pub reconcile_error_categories: IntCounterVec,
     pub reconcile_time: HistogramVec,
     pub max_concurrent: IntGaugeVec,
     pub active_workers: IntGaugeVec,
@@ -58,6 +60,12 @@ impl Metrics {
                 "controller_runtime_reconcile_errors_total",
                 "Total number of reconciliation errors per controller",
                 &["controller"],
+            )?,
+            reconcile_error_categories: counter(
+                "csi_addons_reconcile_errors_total",
+                "Failed reconcile passes per controller, by category: transient (retried in seconds), permanent \
+                 (retried when the object changes), configuration (the manager's own setup; retried each minute)",
+                &["controller", "category"],
             )?,
             reconcile_time: histogram(
                 "controller_runtime_reconcile_time_seconds",

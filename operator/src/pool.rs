@@ -1,9 +1,10 @@
 //! The pool of sidecar connections, one per CSIAddonsNode, keyed as upstream
 //! (`<namespace>/<normalized pod name>`), with the lookups the reconcilers need. Unlike upstream,
 //! a lookup never dials (channels reconnect by themselves), so one broken sidecar cannot fail a
-//! lookup for the others (defect 9); the leader is found through the driver's Lease in every
-//! namespace that has its sidecars, in a fixed order (defect 20); `ip:port` endpoints work
-//! (defect 7); an empty pod name is a key like any other (defect 25).
+//! lookup for the others; the leader is found through the driver's Lease in every namespace that
+//! has its sidecars, in a fixed order, so it is the same one every time; `ip:port` endpoints work
+//! (upstream's manager dials only `pod://` ones); an empty pod name is a key like any other
+//! (upstream's manager panics on it).
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
@@ -12,6 +13,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 
 use crate::compact::PodIp;
+use crate::core::read::read_cached;
 use crate::sidecar_client::SidecarChannel;
 
 /// Where a CSIAddonsNode says its sidecar listens.
@@ -23,31 +25,70 @@ pub enum Target {
     Address { ip: IpAddr, port: u16 },
 }
 
-/// Parses a CSIAddonsNode endpoint; the error says what is wrong with it.
-pub fn parse_endpoint(endpoint: &str) -> Result<Target, String> {
-    let port_of = |text: &str| text.parse::<u16>().map_err(|_| format!("{text:?} is not a port number"));
+/// What is wrong with a CSIAddonsNode endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    #[error("a pod:// endpoint needs a port")]
+    PodWithoutPort,
+    #[error("a pod:// endpoint is pod://<pod>.<namespace>:<port>")]
+    PodWithoutNamespace,
+    #[error("pod name {name:?} is not a DNS-1123 subdomain: {why}")]
+    PodName { name: String, why: &'static str },
+    #[error("namespace {namespace:?} is not a DNS-1123 label: {why}")]
+    Namespace { namespace: String, why: &'static str },
+    #[error("only pod:// endpoints and <ip>:<port> are understood")]
+    Scheme,
+    #[error("an endpoint needs a port")]
+    NoPort,
+    #[error("{0:?} is not an IP address")]
+    NotAnAddress(String),
+    #[error("{0:?} is not a port number")]
+    NotAPort(String),
+}
+
+/// Parses a CSIAddonsNode endpoint.
+pub fn parse_endpoint(endpoint: &str) -> Result<Target, EndpointError> {
+    let port_of = |text: &str| text.parse::<u16>().map_err(|_| EndpointError::NotAPort(text.to_owned()));
     if let Some(rest) = endpoint.strip_prefix("pod://") {
-        let (host, port) = rest.rsplit_once(':').ok_or("a pod:// endpoint needs a port")?;
+        let (host, port) = rest.rsplit_once(':').ok_or(EndpointError::PodWithoutPort)?;
         // A Pod name is a DNS subdomain and may hold dots (ceph-csi-operator names Pods after the
         // driver: `rook-ceph.rbd.csi.ceph.com-nodeplugin-7xk2p`); a namespace is a label and holds
         // none, so the namespace is what follows the last dot.
-        let (name, namespace) = host.rsplit_once('.').ok_or("a pod:// endpoint is pod://<pod>.<namespace>:<port>")?;
+        let (name, namespace) = host.rsplit_once('.').ok_or(EndpointError::PodWithoutNamespace)?;
         // Checked here, not left to a Pod lookup that can only say "not found" for ever.
         if let Some(why) = api::names::dns1123_problem(name, false) {
-            return Err(format!("pod name {name:?} is not a DNS-1123 subdomain: {why}"));
+            return Err(EndpointError::PodName { name: name.to_owned(), why });
         }
         if let Some(why) = api::names::dns1123_problem(namespace, true) {
-            return Err(format!("namespace {namespace:?} is not a DNS-1123 label: {why}"));
+            return Err(EndpointError::Namespace { namespace: namespace.to_owned(), why });
         }
         return Ok(Target::Pod { name: name.to_owned(), namespace: namespace.to_owned(), port: port_of(port)? });
     }
     if endpoint.contains("://") {
-        return Err("only pod:// endpoints and <ip>:<port> are understood".into());
+        return Err(EndpointError::Scheme);
     }
-    let (host, port) = endpoint.rsplit_once(':').ok_or("an endpoint needs a port")?;
+    let (host, port) = endpoint.rsplit_once(':').ok_or(EndpointError::NoPort)?;
     let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
-    let ip = host.parse::<IpAddr>().map_err(|_| format!("{host:?} is not an IP address"))?;
+    let ip = host.parse::<IpAddr>().map_err(|_| EndpointError::NotAnAddress(host.to_owned()))?;
     Ok(Target::Address { ip, port: port_of(port)? })
+}
+
+/// Why a sidecar's address could not be found.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("reading Pod {namespace}/{name}: {source}")]
+    ReadPod {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("Pod {namespace}/{name} does not exist")]
+    NoPod { namespace: String, name: String },
+    #[error("Pod {namespace}/{name} has no IP yet")]
+    NoIp { namespace: String, name: String },
+    #[error("Pod {namespace}/{name} has IP {ip:?}")]
+    BadIp { namespace: String, name: String, ip: String },
 }
 
 /// `ip:port`, IPv6 in brackets.
@@ -56,19 +97,23 @@ pub fn socket_address(ip: IpAddr, port: u16) -> String {
 }
 
 /// The address to dial for `target`: a Pod's `status.podIP`, or the address itself.
-pub async fn resolve(client: &kube::Client, target: &Target) -> Result<String, String> {
+pub async fn resolve(client: &kube::Client, target: &Target) -> Result<String, ResolveError> {
     match target {
         Target::Address { ip, port } => Ok(socket_address(*ip, *port)),
         Target::Pod { name, namespace, port } => {
-            let pod = Api::<PodIp>::namespaced(client.clone(), namespace)
-                .get_opt(name)
-                .await
-                .map_err(|e| format!("reading Pod {namespace}/{name}: {e}"))?
-                .ok_or_else(|| format!("Pod {namespace}/{name} does not exist"))?;
-            let ip = pod.status.and_then(|s| s.pod_ip).filter(|ip| !ip.is_empty());
-            let ip = ip.ok_or_else(|| format!("Pod {namespace}/{name} has no IP yet"))?;
-            let ip = ip.parse::<IpAddr>().map_err(|_| format!("Pod {namespace}/{name} has IP {ip:?}"))?;
-            Ok(socket_address(ip, *port))
+            let (namespace, name) = (namespace.clone(), name.clone());
+            let pod = match Api::<PodIp>::namespaced(client.clone(), &namespace).get_opt(&name).await {
+                Ok(Some(pod)) => pod,
+                Ok(None) => return Err(ResolveError::NoPod { namespace, name }),
+                Err(source) => return Err(ResolveError::ReadPod { namespace, name, source }),
+            };
+            let Some(ip) = pod.status.and_then(|s| s.pod_ip).filter(|ip| !ip.is_empty()) else {
+                return Err(ResolveError::NoIp { namespace, name });
+            };
+            match ip.parse::<IpAddr>() {
+                Ok(ip) => Ok(socket_address(ip, *port)),
+                Err(_) => Err(ResolveError::BadIp { namespace, name, ip }),
+            }
         }
     }
 }
@@ -209,7 +254,7 @@ impl Pool {
         let mut why = Vec::new();
         for namespace in namespaces {
             let leases = Api::<Lease>::namespaced(client.clone(), &namespace);
-            let lease = crate::context::read_cached(&leases, &lease_name).await;
+            let lease = read_cached(&leases, &lease_name).await;
             let holder = match lease {
                 Ok(Some(lease)) => lease.spec.and_then(|s| s.holder_identity).filter(|h| !h.is_empty()),
                 Ok(None) => {
@@ -247,7 +292,7 @@ mod tests {
             "pod://p.-ns:9070",
             "pod://.ns:9070",
         ] {
-            let why = parse_endpoint(bad).unwrap_err();
+            let why = parse_endpoint(bad).unwrap_err().to_string();
             assert!(why.contains("DNS-1123"), "{bad}: {why}");
         }
         // A namespace is a label (at most 63), a Pod name a subdomain (at most 253).
@@ -267,7 +312,7 @@ mod tests {
                 port: 9070
             })
         );
-        let why = parse_endpoint("pod://a..b.ns:1").unwrap_err();
+        let why = parse_endpoint("pod://a..b.ns:1").unwrap_err().to_string();
         assert!(why.contains("pod name"), "{why}");
     }
 
@@ -293,7 +338,7 @@ mod tests {
             ("node-1:9070", "not an IP address"),
             ("10.0.0.5", "needs a port"),
         ] {
-            let err = parse_endpoint(bad).unwrap_err();
+            let err = parse_endpoint(bad).unwrap_err().to_string();
             assert!(err.contains(why), "{bad}: {err}");
         }
     }

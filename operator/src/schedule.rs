@@ -8,7 +8,37 @@
 #[error("schedule {schedule:?}: {why}")]
 pub struct ScheduleError {
     pub schedule: String,
-    pub why: String,
+    pub why: Problem,
+}
+
+/// What is wrong with a schedule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    #[error("time zones are not supported; schedules run in UTC")]
+    TimeZone,
+    #[error(transparent)]
+    Every(#[from] go_flags::GoValueError),
+    #[error("unknown descriptor {0:?}")]
+    Descriptor(String),
+    #[error("expected 5 fields (minute hour day-of-month month day-of-week), got {0}")]
+    FieldCount(usize),
+    #[error("{field}: {why}")]
+    Field { field: &'static str, why: FieldProblem },
+}
+
+/// What is wrong with one field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FieldProblem {
+    #[error("{0:?} is not a number")]
+    NotANumber(String),
+    #[error("{value} is outside {min}-{max}")]
+    OutOfRange { value: u32, min: u32, max: u32 },
+    #[error("step {0:?} is not a number")]
+    Step(String),
+    #[error("a step of 0")]
+    ZeroStep,
+    #[error("range {0:?} runs backwards")]
+    Backwards(String),
 }
 
 /// A parsed schedule.
@@ -37,32 +67,32 @@ const MONTH: Field = Field {
 const WEEKDAY: Field = Field { min: 0, max: 6, names: &["sun", "mon", "tue", "wed", "thu", "fri", "sat"] };
 
 impl Field {
-    fn value(&self, text: &str) -> Result<u32, String> {
+    fn value(&self, text: &str) -> Result<u32, FieldProblem> {
         let lower = text.to_ascii_lowercase();
-        if let Some(i) = self.names.iter().position(|n| *n == lower) {
-            let i = u32::try_from(i).map_err(|e| e.to_string())?;
+        // Names are at most twelve: their index fits.
+        if let Some(i) = self.names.iter().position(|n| *n == lower).and_then(|i| u32::try_from(i).ok()) {
             return Ok(self.min + i);
         }
-        let n: u32 = text.parse().map_err(|_| format!("{text:?} is not a number"))?;
+        let n: u32 = text.parse().map_err(|_| FieldProblem::NotANumber(text.to_owned()))?;
         // Day of week 7 is Sunday, as in most crons.
         let n = if self.max == 6 && n == 7 { 0 } else { n };
         if n < self.min || n > self.max {
-            return Err(format!("{n} is outside {}-{}", self.min, self.max));
+            return Err(FieldProblem::OutOfRange { value: n, min: self.min, max: self.max });
         }
         Ok(n)
     }
 
     /// A comma list of `*`, `?`, `a`, `a-b`, each with an optional `/step`. Returns the bit set
     /// and whether the field was a bare `*` (or `?`).
-    fn parse(&self, text: &str) -> Result<(u64, bool), String> {
+    fn parse(&self, text: &str) -> Result<(u64, bool), FieldProblem> {
         let mut bits = 0u64;
         let star = text == "*" || text == "?";
         for item in text.split(',') {
             let (range, step) = match item.split_once('/') {
                 Some((r, s)) => {
-                    let step: u32 = s.parse().map_err(|_| format!("step {s:?} is not a number"))?;
+                    let step: u32 = s.parse().map_err(|_| FieldProblem::Step(s.to_owned()))?;
                     if step == 0 {
-                        return Err("a step of 0".into());
+                        return Err(FieldProblem::ZeroStep);
                     }
                     (r, Some(step))
                 }
@@ -81,7 +111,7 @@ impl Field {
                 },
             };
             if low > high {
-                return Err(format!("range {range:?} runs backwards"));
+                return Err(FieldProblem::Backwards(range.to_owned()));
             }
             let step = step.unwrap_or(1);
             let mut v = low;
@@ -96,13 +126,13 @@ impl Field {
 
 impl Schedule {
     pub fn parse(text: &str) -> Result<Schedule, ScheduleError> {
-        let error = |why: String| ScheduleError { schedule: text.to_owned(), why };
+        let error = |why: Problem| ScheduleError { schedule: text.to_owned(), why };
         let trimmed = text.trim();
         if trimmed.starts_with("TZ=") || trimmed.starts_with("CRON_TZ=") {
-            return Err(error("time zones are not supported; schedules run in UTC".into()));
+            return Err(error(Problem::TimeZone));
         }
         if let Some(duration) = trimmed.strip_prefix("@every ") {
-            let d = go_flags::parse_go_duration(duration.trim()).map_err(error)?;
+            let d = go_flags::parse_go_duration(duration.trim()).map_err(|e| error(e.into()))?;
             // As robfig: at least one second, whole seconds.
             return Ok(Schedule::Every(d.as_secs().max(1)));
         }
@@ -112,18 +142,16 @@ impl Schedule {
             "@weekly" => "0 0 * * 0",
             "@daily" | "@midnight" => "0 0 * * *",
             "@hourly" => "0 * * * *",
-            other if other.starts_with('@') => return Err(error(format!("unknown descriptor {other:?}"))),
+            other if other.starts_with('@') => return Err(error(Problem::Descriptor(other.to_owned()))),
             other => other,
         };
         let fields: Vec<&str> = expanded.split_whitespace().collect();
         let [minute, hour, day, month, weekday] = fields[..] else {
-            return Err(error(format!(
-                "expected 5 fields (minute hour day-of-month month day-of-week), got {}",
-                fields.len()
-            )));
+            return Err(error(Problem::FieldCount(fields.len())));
         };
-        let named =
-            |name: &str, field: &Field, text: &str| field.parse(text).map_err(|why| error(format!("{name}: {why}")));
+        let named = |name: &'static str, field: &Field, text: &str| {
+            field.parse(text).map_err(|why| error(Problem::Field { field: name, why }))
+        };
         let (minutes, _) = named("minute", &MINUTE, minute)?;
         let (hours, _) = named("hour", &HOUR, hour)?;
         let (days, days_star) = named("day of month", &DAY, day)?;

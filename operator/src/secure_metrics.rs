@@ -3,24 +3,21 @@
 //! may `get` the non-resource URL `/metrics`. Answers are cached briefly so a scrape every few
 //! seconds costs no API calls. The certificate is self-signed (renewed in time) unless
 //! `--metrics-cert-dir` holds `tls.crt` and `tls.key`.
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use cluster_client::token_review::{AnswerCache, TokenRefused};
 use k8s_openapi::api::authorization::v1::{NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::Api;
 use kube::api::PostParams;
-use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 /// How long a review's answer is reused.
 const REVIEW_TTL: Duration = Duration::from_secs(60);
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Reviews in flight at once, and verdicts remembered: callers with ever-new tokens cannot
 /// crowd out the controllers' API requests nor grow the cache without bound.
 const REVIEWS_IN_FLIGHT: usize = 2;
@@ -33,32 +30,23 @@ type Verdict = Result<(), (StatusCode, String)>;
 #[derive(Clone)]
 pub struct MetricsAuth {
     client: kube::Client,
-    cache: Arc<Mutex<VerdictCache>>,
-    reviews: Arc<tokio::sync::Semaphore>,
+    verdicts: Arc<AnswerCache<Verdict>>,
 }
-
-/// SHA-256 of a token → its verdict and when it was reached.
-type VerdictCache = HashMap<[u8; 32], (Verdict, Instant)>;
 
 impl MetricsAuth {
     pub fn new(client: kube::Client) -> Self {
-        MetricsAuth { client, cache: Arc::default(), reviews: Arc::new(tokio::sync::Semaphore::new(REVIEWS_IN_FLIGHT)) }
+        MetricsAuth { client, verdicts: Arc::new(AnswerCache::new(VERDICTS_KEPT, REVIEWS_IN_FLIGHT)) }
     }
 
     async fn review(&self, token: &str) -> Verdict {
-        let reviewed = Api::<TokenReview>::all(self.client.clone())
-            .create(
-                &PostParams::default(),
-                &TokenReview {
-                    spec: TokenReviewSpec { token: Some(token.to_owned()), ..Default::default() },
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, format!("TokenReview failed: {e}")))?;
-        let status = reviewed.status.unwrap_or_default();
-        let Some(user) = status.user.filter(|_| status.authenticated == Some(true)) else {
-            return Err((StatusCode::UNAUTHORIZED, "Unauthorized: the token was not accepted".into()));
+        let user = match cluster_client::token_review::review(&self.client, token).await {
+            Ok(user) => user,
+            Err(TokenRefused::NotAuthenticated(_)) => {
+                return Err((StatusCode::UNAUTHORIZED, "Unauthorized: the token was not accepted".into()));
+            }
+            Err(failed @ TokenRefused::ReviewFailed(_)) => {
+                return Err((StatusCode::INTERNAL_SERVER_ERROR, failed.to_string()));
+            }
         };
         let name = user.username.clone().unwrap_or_default();
         let review = SubjectAccessReview {
@@ -93,26 +81,12 @@ impl MetricsAuth {
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or((StatusCode::UNAUTHORIZED, "Unauthorized: no bearer token".to_owned()))?;
-        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        if let Some((answer, at)) = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key)
-            && at.elapsed() < REVIEW_TTL
-        {
-            return answer.clone();
-        }
-        let answer = match self.reviews.acquire().await {
-            Ok(_permit) => self.review(token).await,
-            Err(_) => Err((StatusCode::SERVICE_UNAVAILABLE, "shutting down".to_owned())),
+        // Server errors are not kept: the next scrape asks again.
+        let keep_for = |verdict: &Verdict| match verdict {
+            Err((StatusCode::INTERNAL_SERVER_ERROR, _)) => None,
+            _ => Some(REVIEW_TTL),
         };
-        // Server errors are not cached: the next scrape asks again.
-        if answer.as_ref().err().is_none_or(|(code, _)| *code != StatusCode::INTERNAL_SERVER_ERROR) {
-            let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            cache.retain(|_, (_, at)| at.elapsed() < REVIEW_TTL);
-            if cache.len() >= VERDICTS_KEPT {
-                cache.clear();
-            }
-            cache.insert(key, (answer.clone(), Instant::now()));
-        }
-        answer
+        self.verdicts.answer(token, || self.review(token), keep_for).await
     }
 }
 
@@ -128,42 +102,16 @@ pub async fn authorize(State(auth): State<MetricsAuth>, request: Request, next: 
     }
 }
 
-/// Connections that finished their TLS handshake; handshakes run apart from the accept loop, so a
-/// slow client cannot hold up the others.
+/// Connections that finished their TLS handshake (`server_tls::accept`), for axum.
 pub struct TlsListener {
-    accepted: mpsc::Receiver<(tokio_rustls::server::TlsStream<tokio::net::TcpStream>, std::net::SocketAddr)>,
+    accepted: mpsc::Receiver<server_tls::accept::TlsConnection>,
     local: std::net::SocketAddr,
-    _task: tokio::task::JoinHandle<()>,
 }
 
 impl TlsListener {
     pub fn new(listener: tokio::net::TcpListener, config: Arc<rustls::ServerConfig>) -> std::io::Result<Self> {
         let local = listener.local_addr()?;
-        let (sender, accepted) = mpsc::channel(64);
-        let acceptor = tokio_rustls::TlsAcceptor::from(config);
-        let task = tokio::spawn(async move {
-            loop {
-                let (tcp, peer) = match listener.accept().await {
-                    Ok(connection) => connection,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "metrics accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let (acceptor, sender) = (acceptor.clone(), sender.clone());
-                tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                        Ok(Ok(tls)) => {
-                            let _ = sender.send((tls, peer)).await;
-                        }
-                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "metrics TLS handshake failed"),
-                        Err(_) => tracing::debug!(%peer, "metrics TLS handshake timed out"),
-                    }
-                });
-            }
-        });
-        Ok(TlsListener { accepted, local, _task: task })
+        Ok(TlsListener { accepted: server_tls::accept::accept(listener, config), local })
     }
 }
 

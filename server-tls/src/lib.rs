@@ -5,6 +5,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod accept;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};

@@ -1,7 +1,7 @@
 //! The volume-condition reporter (`--enable-volume-condition`): every interval, asks the driver's
 //! CSI socket (`--csi-address`) for the condition of each of its volumes attached to this node and
 //! records changes in the log, as PVC events, and as a PVC annotation. Unlike upstream, a failed
-//! listing is retried at the next tick instead of ending the process (upstream defect 24).
+//! listing is retried at the next tick instead of ending the process (upstream's sidecar exits).
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -124,6 +124,23 @@ pub struct Reporter {
     pub recorders: Vec<RecorderKind>,
 }
 
+/// Why the volume conditions could not be checked this time.
+#[derive(Debug, thiserror::Error)]
+enum TickError {
+    #[error("reading Node {node}: {source}")]
+    ReadNode {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{address}: {source}")]
+    Connect {
+        address: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+}
+
 impl Reporter {
     /// Runs until `stop`; every failure is logged and retried at the next tick.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
@@ -140,18 +157,20 @@ impl Reporter {
         }
     }
 
-    async fn tick(&self, cache: &mut HashMap<String, Reported>) -> Result<(), String> {
+    async fn tick(&self, cache: &mut HashMap<String, Reported>) -> Result<(), TickError> {
         let node = Api::<DynamicObject>::all_with(self.client.clone(), &ApiResource::erase::<Node>(&()))
             .get(&self.node_id)
             .await
-            .map_err(|e| format!("reading Node {}: {e}", self.node_id))?;
+            .map_err(|source| TickError::ReadNode { node: self.node_id.clone(), source })?;
         let node_uid = node.metadata.uid.clone().unwrap_or_default();
         let handles = attached_handles(&node, &self.driver);
         cache.retain(|handle, _| handles.contains(handle));
         if handles.is_empty() {
             return Ok(());
         }
-        let channel = crate::connect::now(&self.csi_address).await.map_err(|e| format!("{}: {e}", self.csi_address))?;
+        let channel = crate::connect::now(&self.csi_address)
+            .await
+            .map_err(|source| TickError::Connect { address: self.csi_address.clone(), source })?;
         let mut csi_node = csi::node_client::NodeClient::new(channel);
         let published = published_volumes(&self.kubelet_dir, &self.driver);
         let now = crate::registration::now_rfc3339();

@@ -17,6 +17,19 @@ pub struct DriverInfo {
     pub capabilities: Vec<String>,
 }
 
+/// Why the driver cannot be used now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unusable {
+    #[error("{call}: {message}")]
+    Call { call: &'static str, message: String },
+    #[error("the driver says it is not ready")]
+    NotReady,
+    #[error("the driver returned an empty name")]
+    EmptyName,
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+}
+
 /// The driver as the sidecar currently sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DriverState {
@@ -25,7 +38,7 @@ pub enum DriverState {
     Ready(DriverInfo),
     /// Was ready, now unreachable or not ready; `reason` says why.
     Lost {
-        reason: String,
+        reason: Unusable,
     },
 }
 
@@ -99,34 +112,29 @@ impl DriverConnection {
     }
 }
 
-/// Probe → identity → capabilities; `Err` says why the driver is not usable.
-async fn query(channel: &Channel, timeout: Duration) -> Result<DriverInfo, String> {
+/// Probe → identity → capabilities.
+async fn query(channel: &Channel, timeout: Duration) -> Result<DriverInfo, Unusable> {
     let mut client = identity::identity_client::IdentityClient::new(channel.clone());
+    let failed = |call: &'static str| move |s: tonic::Status| Unusable::Call { call, message: s.message().to_owned() };
     let call = async {
-        let probe =
-            client.probe(identity::ProbeRequest {}).await.map_err(|s| format!("Probe: {}", s.message()))?.into_inner();
+        let probe = client.probe(identity::ProbeRequest {}).await.map_err(failed("Probe"))?.into_inner();
         if probe.ready == Some(false) {
-            return Err("the driver says it is not ready".to_owned());
+            return Err(Unusable::NotReady);
         }
-        let id = client
-            .get_identity(identity::GetIdentityRequest {})
-            .await
-            .map_err(|s| format!("GetIdentity: {}", s.message()))?
-            .into_inner();
+        let id =
+            client.get_identity(identity::GetIdentityRequest {}).await.map_err(failed("GetIdentity"))?.into_inner();
         if id.name.is_empty() {
-            return Err("the driver returned an empty name".to_owned());
+            return Err(Unusable::EmptyName);
         }
-        let caps = client
-            .get_capabilities(identity::GetCapabilitiesRequest {})
-            .await
-            .map_err(|s| format!("GetCapabilities: {}", s.message()))?;
+        let caps =
+            client.get_capabilities(identity::GetCapabilitiesRequest {}).await.map_err(failed("GetCapabilities"))?;
         Ok(DriverInfo {
             name: id.name,
             vendor_version: id.vendor_version,
             capabilities: api::capabilities::to_strings(&caps.into_inner().capabilities),
         })
     };
-    tokio::time::timeout(timeout, call).await.map_err(|_| format!("no answer within {timeout:?}"))?
+    tokio::time::timeout(timeout, call).await.map_err(|_| Unusable::Timeout(timeout))?
 }
 
 async fn watch_driver(channel: Channel, probing: Probing, state: watch::Sender<DriverState>) {

@@ -4,11 +4,11 @@ use std::time::Duration;
 
 use clap::Parser;
 
-fn duration(text: &str) -> Result<Duration, String> {
+fn duration(text: &str) -> Result<Duration, go_flags::GoValueError> {
     go_flags::parse_go_duration(text)
 }
 
-fn boolean(text: &str) -> Result<bool, String> {
+fn boolean(text: &str) -> Result<bool, go_flags::GoValueError> {
     go_flags::parse_go_bool(text)
 }
 

@@ -1,13 +1,12 @@
 //! In front of every RPC: authentication (the bearer token, checked with TokenReview and cached
-//! briefly), authorization (the caller must be one of `--allowed-identities`), and metrics.
+//! briefly by `cluster_client::token_review`), authorization (the caller must be one of `--allowed-identities`), and metrics.
 //! Upstream accepts any valid token in the cluster and does a TokenReview on every call.
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
-use sha2::{Digest, Sha256};
+use cluster_client::token_review::{AnswerCache, TokenRefused};
 use tonic::Status;
 use tonic::codegen::http;
 
@@ -16,18 +15,24 @@ use crate::metrics::Metrics;
 /// How long a TokenReview answer is reused.
 const ACCEPTED_TTL: Duration = Duration::from_secs(60);
 const REJECTED_TTL: Duration = Duration::from_secs(10);
-/// Bound on cached answers (one per distinct token).
+/// Bound on cached answers (one per distinct token), and on TokenReviews in flight at once.
 const CACHE_LIMIT: usize = 1024;
-
-/// A TokenReview answer: the username, or why the token was refused; and until when it is reused.
-type CachedReview = (Result<String, String>, Instant);
+const REVIEWS_IN_FLIGHT: usize = 4;
 
 /// The prefix of a ServiceAccount's TokenReview username.
 const SERVICE_ACCOUNT: &str = "system:serviceaccount:";
 
+/// An `--allowed-identities` entry with `*` elsewhere than a ServiceAccount's namespace.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{0:?}: '*' may only stand for the namespace of a ServiceAccount, as in \
+     system:serviceaccount:*:csi-addons-controller-manager"
+)]
+pub struct MisplacedWildcard(String);
+
 /// Checks one `--allowed-identities` entry: a username, or a ServiceAccount in any namespace
 /// (`system:serviceaccount:*:<name>`). `*` stands for a whole namespace and nothing else.
-pub fn identity_entry(text: &str) -> Result<String, String> {
+pub fn identity_entry(text: &str) -> Result<String, MisplacedWildcard> {
     let entry = text.trim();
     if !entry.contains('*') {
         return Ok(entry.to_owned());
@@ -36,14 +41,7 @@ pub fn identity_entry(text: &str) -> Result<String, String> {
         .strip_prefix(SERVICE_ACCOUNT)
         .and_then(|rest| rest.strip_prefix("*:"))
         .is_some_and(|name| !name.is_empty() && !name.contains(['*', ':']));
-    if valid {
-        Ok(entry.to_owned())
-    } else {
-        Err(format!(
-            "{entry:?}: '*' may only stand for the namespace of a ServiceAccount, as in \
-             system:serviceaccount:*:csi-addons-controller-manager"
-        ))
-    }
+    if valid { Ok(entry.to_owned()) } else { Err(MisplacedWildcard(entry.to_owned())) }
 }
 
 /// Whether `user` (a TokenReview username) is one of `allowed`.
@@ -62,8 +60,8 @@ pub fn allows(allowed: &HashSet<String>, user: &str) -> bool {
 pub struct Authenticator {
     client: kube::Client,
     allowed: HashSet<String>,
-    /// SHA-256 of the token → (username or why it was refused, expiry). Tokens are not kept.
-    cache: Mutex<HashMap<[u8; 32], CachedReview>>,
+    /// Username, or why the token was refused, by token hash.
+    reviews: AnswerCache<Result<String, TokenRefused>>,
     /// Refusals already logged, so a misconfigured caller does not flood the log.
     logged: Mutex<HashSet<String>>,
 }
@@ -73,7 +71,7 @@ impl Authenticator {
         Authenticator {
             client,
             allowed: allowed.iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect(),
-            cache: Mutex::default(),
+            reviews: AnswerCache::new(CACHE_LIMIT, REVIEWS_IN_FLIGHT),
             logged: Mutex::default(),
         }
     }
@@ -100,44 +98,19 @@ impl Authenticator {
         Err(Status::permission_denied(format!("{user} is not allowed to call this sidecar (see --allowed-identities)")))
     }
 
-    async fn review(&self, token: &str) -> Result<String, String> {
-        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        {
-            let cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Some((answer, expiry)) = cache.get(&key)
-                && *expiry > Instant::now()
-            {
-                return answer.clone();
-            }
-        }
-        let review = TokenReview {
-            spec: TokenReviewSpec { token: Some(token.to_owned()), audiences: None },
-            ..Default::default()
+    async fn review(&self, token: &str) -> Result<String, TokenRefused> {
+        let ask = || async {
+            cluster_client::token_review::review(&self.client, token)
+                .await
+                .map(|user| user.username.unwrap_or_default())
         };
-        let api = kube::Api::<TokenReview>::all(self.client.clone());
-        // An API failure is not the caller's fault: not cached, reported as such.
-        let answer = match api.create(&kube::api::PostParams::default(), &review).await {
-            Ok(reviewed) => {
-                let status = reviewed.status.unwrap_or_default();
-                if status.authenticated == Some(true) {
-                    Ok(status.user.and_then(|u| u.username).unwrap_or_default())
-                } else {
-                    Err(status.error.filter(|e| !e.is_empty()).unwrap_or_else(|| "not authenticated".to_owned()))
-                }
-            }
-            Err(e) => return Err(format!("TokenReview failed: {e}")),
+        // An API failure is not the caller's fault: not kept, so the next call asks again.
+        let keep_for = |answer: &Result<String, TokenRefused>| match answer {
+            Ok(_) => Some(ACCEPTED_TTL),
+            Err(TokenRefused::NotAuthenticated(_)) => Some(REJECTED_TTL),
+            Err(TokenRefused::ReviewFailed(_)) => None,
         };
-        let ttl = if answer.is_ok() { ACCEPTED_TTL } else { REJECTED_TTL };
-        let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if cache.len() >= CACHE_LIMIT {
-            let now = Instant::now();
-            cache.retain(|_, (_, expiry)| *expiry > now);
-            if cache.len() >= CACHE_LIMIT {
-                cache.clear();
-            }
-        }
-        cache.insert(key, (answer.clone(), Instant::now() + ttl));
-        answer
+        self.reviews.answer(token, ask, keep_for).await
     }
 
     fn log_once(&self, key: &str, message: &str) {

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use tokio::sync::watch;
 
-use crate::driver::DriverState;
+use crate::driver::{DriverState, Unusable};
 use crate::metrics::Metrics;
 
 /// What readiness is made of.
@@ -17,18 +17,39 @@ pub struct Status {
     pub metrics: Metrics,
 }
 
+/// What keeps the sidecar from being ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotReady {
+    /// The driver, when it is not ready: None while it has not answered yet.
+    driver: Option<Option<Unusable>>,
+    registered: bool,
+}
+
+impl std::fmt::Display for NotReady {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut missing = Vec::new();
+        match &self.driver {
+            Some(None) => missing.push("the driver has not answered yet".to_owned()),
+            Some(Some(reason)) => missing.push(format!("the driver is unreachable: {reason}")),
+            None => {}
+        }
+        if !self.registered {
+            missing.push("the CSIAddonsNode is not registered".to_owned());
+        }
+        f.write_str(&missing.join("; "))
+    }
+}
+
+impl std::error::Error for NotReady {}
+
 /// Ready when the driver answers and the CSIAddonsNode exists; otherwise says which is missing.
-pub fn readiness(driver: &DriverState, registered: bool) -> Result<(), String> {
-    let mut missing = Vec::new();
-    match driver {
-        DriverState::Ready(_) => {}
-        DriverState::Connecting => missing.push("the driver has not answered yet".to_owned()),
-        DriverState::Lost { reason } => missing.push(format!("the driver is unreachable: {reason}")),
-    }
-    if !registered {
-        missing.push("the CSIAddonsNode is not registered".to_owned());
-    }
-    if missing.is_empty() { Ok(()) } else { Err(missing.join("; ")) }
+pub fn readiness(driver: &DriverState, registered: bool) -> Result<(), NotReady> {
+    let driver = match driver {
+        DriverState::Ready(_) => None,
+        DriverState::Connecting => Some(None),
+        DriverState::Lost { reason } => Some(Some(reason.clone())),
+    };
+    if driver.is_none() && registered { Ok(()) } else { Err(NotReady { driver, registered }) }
 }
 
 async fn readyz(State(status): State<Status>) -> (StatusCode, String) {
@@ -73,8 +94,9 @@ mod tests {
         let ready =
             DriverState::Ready(DriverInfo { name: "d".into(), vendor_version: "1".into(), capabilities: vec![] });
         assert_eq!(readiness(&ready, true), Ok(()));
-        let err = readiness(&DriverState::Lost { reason: "socket gone".into() }, false).unwrap_err();
+        let lost = DriverState::Lost { reason: Unusable::Call { call: "Probe", message: "socket gone".into() } };
+        let err = readiness(&lost, false).unwrap_err().to_string();
         assert!(err.contains("socket gone") && err.contains("CSIAddonsNode"), "{err}");
-        assert!(readiness(&DriverState::Connecting, true).unwrap_err().contains("not answered"));
+        assert!(readiness(&DriverState::Connecting, true).unwrap_err().to_string().contains("not answered"));
     }
 }

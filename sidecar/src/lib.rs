@@ -10,7 +10,6 @@ pub mod driver;
 pub mod flags;
 pub mod guard;
 pub mod http;
-pub mod leader;
 pub mod metrics;
 pub mod registration;
 pub mod resolve;

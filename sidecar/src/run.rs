@@ -9,17 +9,16 @@ use tokio::sync::watch;
 use tracing_subscriber::filter::LevelFilter;
 
 use crate::driver::{DriverConnection, DriverInfo, DriverState, Probing};
+use crate::flags::SidecarCli;
 use crate::guard::{Authenticator, GuardLayer};
+use crate::http;
 use crate::metrics::Metrics;
 use crate::registration::{self, Identity};
 use crate::server::{Backend, Leadership};
-use crate::{SidecarCli, http, leader};
 use server_tls::{CertSource, TlsSettings};
 
 /// How long calls in flight may take to finish once a shutdown begins.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-/// A client that opens a connection and never finishes the handshake is dropped after this.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why the sidecar could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
@@ -49,7 +48,7 @@ pub enum SidecarError {
     #[error("serving gRPC: {0}")]
     Serve(#[source] tonic::transport::Error),
     #[error("the driver connection was lost ({0}) and --exit-on-driver-loss is set")]
-    DriverLost(String),
+    DriverLost(crate::driver::Unusable),
     #[error("starting the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error(transparent)]
@@ -187,11 +186,7 @@ pub async fn run(cli: SidecarCli) -> Result<(), SidecarError> {
     let leadership = if info.capabilities.iter().any(|c| c == "service.CONTROLLER_SERVICE") {
         let namespace =
             if cli.leader_election_namespace.is_empty() { &cli.namespace } else { &cli.leader_election_namespace };
-        let timings = leader::Timings {
-            lease_duration: cli.leader_election_lease_duration,
-            renew_deadline: cli.leader_election_renew_deadline,
-        };
-        elect(client.clone(), namespace, &info.name, &cli.pod, timings, &metrics, &stop, &mut tasks)
+        elect(client.clone(), namespace, &info.name, &cli, &metrics, &stop, &mut tasks)
     } else {
         Leadership::NotElecting
     };
@@ -276,7 +271,7 @@ fn watch_driver_state(
     metrics: &Metrics,
     exit_on_loss: bool,
     stop: &Arc<watch::Sender<bool>>,
-) -> watch::Receiver<Option<String>> {
+) -> watch::Receiver<Option<crate::driver::Unusable>> {
     let (lost_tx, lost) = watch::channel(None);
     let mut state = driver.state();
     let gauge = metrics.driver_ready.clone();
@@ -315,84 +310,47 @@ fn watch_gauge(mut source: watch::Receiver<bool>, gauge: prometheus::IntGauge, t
     });
 }
 
-/// Competes for the driver's Lease in the background; until the election has started (the
-/// API server may be unreachable) this sidecar is not the holder.
-#[allow(clippy::too_many_arguments)]
+/// Competes for the driver's Lease (`<normalized driver>-csi-addons`, held under the normalized
+/// Pod name, which is what upstream's controller looks up) in the background; until the election
+/// has started (the API server may be unreachable) this sidecar is not the holder. Losing the
+/// Lease stops controller operations while the sidecar keeps competing; upstream exits instead.
 fn elect(
     client: kube::Client,
     namespace: &str,
     driver: &str,
-    pod: &str,
-    timings: leader::Timings,
+    cli: &SidecarCli,
     metrics: &Metrics,
     stop: &watch::Receiver<bool>,
     tasks: &mut tokio::task::JoinSet<()>,
 ) -> Leadership {
-    let lease = format!("{namespace}/{}", api::lease::driver_lease_name(driver));
+    let lease = cluster_client::election::Lease {
+        namespace: namespace.to_owned(),
+        name: api::lease::driver_lease_name(driver),
+        identity: api::lease::normalize_lease_name(&cli.pod),
+    };
+    let timings = cluster_client::election::Timings {
+        lease_duration: cli.leader_election_lease_duration,
+        renew_deadline: cli.leader_election_renew_deadline,
+        retry_period: cli.leader_election_retry_period,
+    };
+    let full_name = format!("{}/{}", lease.namespace, lease.name);
     let (holder_tx, holder) = watch::channel(false);
-    let (namespace, driver, pod) = (namespace.to_owned(), driver.to_owned(), pod.to_owned());
     let gauge = metrics.leader.clone();
-    let mut stop = stop.clone();
-    tasks.spawn(async move {
-        let Some(election) = leader::start(client, &namespace, &driver, &pod, timings, stop.clone()).await else {
-            return;
-        };
-        let leader::Election { mut holder, task, .. } = election;
-        loop {
-            let leading = *holder.borrow_and_update();
-            gauge.set(i64::from(leading));
-            holder_tx.send_replace(leading);
-            tokio::select! {
-                changed = holder.changed() => if changed.is_err() { break },
-                _ = stop.wait_for(|s| *s) => break,
-            }
-        }
-        // Stop serving controller operations first, then let the election release the Lease.
-        holder_tx.send_replace(false);
-        gauge.set(0);
-        drop(holder);
-        let _ = task.await;
-    });
-    Leadership::Elected { lease, holder }
+    let leading = move |now: bool| {
+        gauge.set(i64::from(now));
+        holder_tx.send_replace(now);
+    };
+    tasks.spawn(cluster_client::election::compete(client, lease, timings, leading, stop.clone()));
+    Leadership::Elected { lease: full_name, holder }
 }
 
-/// TLS connections, each handshake in its own task so one slow client does not hold up others.
+/// TLS connections (`server_tls::accept`), as tonic's server takes them.
 fn tls_incoming(
     listener: tokio::net::TcpListener,
     config: Arc<rustls::ServerConfig>,
-) -> tokio_stream::wrappers::ReceiverStream<
-    Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>, std::io::Error>,
-> {
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    let (tx, rx) = tokio::sync::mpsc::channel(16);
-    tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                accepted = listener.accept() => accepted,
-                // The server stopped: stop accepting, so the port is released.
-                () = tx.closed() => return,
-            };
-            let (tcp, peer) = match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accepting a connection failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            let (acceptor, sender) = (acceptor.clone(), tx.clone());
-            tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(stream)) => {
-                        let _ = sender.send(Ok(stream)).await;
-                    }
-                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                }
-            });
-        }
-    });
-    tokio_stream::wrappers::ReceiverStream::new(rx)
+) -> impl futures::Stream<Item = Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>, std::io::Error>> {
+    use futures::StreamExt;
+    tokio_stream::wrappers::ReceiverStream::new(server_tls::accept::accept(listener, config)).map(|(tls, _)| Ok(tls))
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@
 
 mod certs;
 mod control_plane;
+pub mod manager;
+pub mod poll;
 mod ports;
 /// Child processes that die with the test process (PDEATHSIG) and stop gracefully.
 pub mod process;

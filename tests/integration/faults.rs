@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams};
+use testenv::poll::MINUTE;
 
 use crate::driver_harness::Harness;
 use crate::manager_harness::ManagerIdentity;
@@ -128,13 +129,10 @@ impl Scene {
         list.iter().any(|n| n.data.pointer("/status/state") == Some(&serde_json::json!("Connected")))
     }
 
-    /// Polls `check` every 200 ms until it yields a value (2 min at most).
+    /// Polls `check` until it yields a value (2 min at most).
     async fn until<T>(&self, what: &str, check: impl AsyncFn(&Scene) -> Option<T>) -> T {
-        for _ in 0..600 {
-            if let Some(value) = check(self).await {
-                return value;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        if let Some(value) = testenv::poll::until(2 * MINUTE, async || check(self).await).await {
+            return value;
         }
         let logs: Vec<String> = self.managers.iter().map(|m| testenv::process::tail(&m.log, 30)).collect();
         panic!("timed out waiting for {what}; manager logs:\n{}", logs.join("\n---\n"));

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use operator::annotations::{self, Desired, Feature, Sources};
+use operator::controllers::pvc::decide::{self as annotations, Desired, Feature, Sources};
 use operator::flags::SchedulePrecedence;
 use operator::schedule::Schedule;
 use proptest::prelude::*;
@@ -120,8 +120,8 @@ fn hostile_crd_specs_decode_or_are_refused() {
         decodes_consistently::<VolumeGroupReplicationContentSpec>(&value)?;
         if let Some(fence) = decodes_consistently::<NetworkFenceSpec>(&value)? {
             // Validation and the request built from a fence never panic either.
-            let _ = operator::fencing::validate(&fence);
-            let _ = operator::fencing::request(&fence, None);
+            let _ = operator::controllers::network_fence::decide::validate(&fence);
+            let _ = operator::controllers::network_fence::decide::request(&fence, None);
         }
         Ok(())
     })
@@ -322,7 +322,7 @@ fn hostile_cidrs_parse_or_are_refused() {
             cidrs: vec![text],
             ..Default::default()
         };
-        let _ = operator::fencing::validate(&fence);
+        let _ = operator::controllers::network_fence::decide::validate(&fence);
         Ok(())
     })
 }

@@ -2,11 +2,11 @@
 //! process, and the reference driver, whose fence list is read back over its own socket. The
 //! stage (driver, sidecar, manager) serves the replication suite too.
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use api::proto::fence as pb;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+use testenv::poll::MINUTE;
 
 use crate::driver_sanity::{DriverProcess, start_driver};
 use crate::manager_harness::{Manager, ManagerIdentity, dynamic, warning_in};
@@ -103,12 +103,13 @@ impl FenceStage {
     async fn fence_says(&self, name: &str, message: &str) -> serde_json::Value {
         let fences = self.fences();
         let mut status = json!(null);
-        for _ in 0..300 {
+        let said = testenv::poll::until(MINUTE, async || {
             status = fences.get_opt(name).await.unwrap().map(|f| f.data["status"].clone()).unwrap_or_default();
-            if status["message"] == message {
-                return status;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            (status["message"] == message).then(|| status.clone())
+        })
+        .await;
+        if let Some(status) = said {
+            return status;
         }
         panic!("NetworkFence {name} never said {message:?}: {status}; manager log:\n{}", self.manager.log());
     }
@@ -229,15 +230,12 @@ async fn a_fence_whose_class_is_gone_says_so_on_deletion_and_an_annotation_force
     stage.gone(&classes, &class).await;
     stage.fences().delete(&fence, &DeleteParams::default()).await.unwrap();
     let fences = stage.fences();
-    let mut blocked = json!(null);
-    for _ in 0..300 {
+    let blocked = testenv::poll::until(MINUTE, async || {
         let status = fences.get_opt(&fence).await.unwrap().map(|f| f.data["status"].clone()).unwrap_or_default();
-        if let Some(c) = condition(&status, "DeletionBlocked") {
-            blocked = c.clone();
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        condition(&status, "DeletionBlocked").cloned()
+    })
+    .await
+    .unwrap_or_default();
     assert_eq!(blocked["reason"], "ClassNotFound", "{blocked}; log:\n{}", stage.manager.log());
     let message = blocked["message"].as_str().unwrap_or_default();
     assert!(message.contains(&format!("NetworkFenceClass {class} not found")), "{message}");

@@ -5,6 +5,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
+use testenv::poll::MINUTE;
 
 use crate::manager_fence::{FenceStage, cluster_of};
 use crate::manager_harness::warning_in;
@@ -62,16 +63,16 @@ async fn group_until(
     check: impl Fn(&serde_json::Value) -> bool,
 ) -> DynamicObject {
     let api = groups(stage);
-    let mut last = None;
-    for _ in 0..300 {
+    let mut status = serde_json::Value::Null;
+    let reached = testenv::poll::until(MINUTE, async || {
         let vgr = api.get(name).await.unwrap();
-        if check(&vgr.data["status"]) {
-            return vgr;
-        }
-        last = Some(vgr);
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        status = vgr.data["status"].clone();
+        check(&status).then_some(vgr)
+    })
+    .await;
+    if let Some(vgr) = reached {
+        return vgr;
     }
-    let status = last.map(|v| v.data["status"].clone()).unwrap_or_default();
     panic!("VolumeGroupReplication {name} never reached {what}: {status}; manager log:\n{}", stage.manager.log());
 }
 
@@ -91,7 +92,7 @@ async fn pvc(stage: &FenceStage, name: &str) -> PersistentVolumeClaim {
     Api::<PersistentVolumeClaim>::namespaced(stage.client.clone(), &stage.namespace).get(name).await.unwrap()
 }
 
-/// As upstream [main]: the content learns where the group and each volume are replicated to, the
+/// As upstream's main branch: the content learns where the group and each volume are replicated to, the
 /// group says so (`DestinationInfoAvailable`), every condition of the group is at the group's
 /// generation (a DR orchestrator compares them with it), and the selector is written as text.
 async fn destinations_are_known_and_conditions_are_the_groups(stage: &FenceStage, name: &str) {

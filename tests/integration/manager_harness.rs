@@ -1,6 +1,6 @@
 //! The manager as a real process, and the Kubernetes objects its reconcilers act on: CSI PVs and
 //! PVCs bound by direct writes (no PV binder runs here), VolumeAttachments, jobs.
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
@@ -8,6 +8,8 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde::Deserialize;
 use serde_json::json;
+use testenv::manager::Ports;
+use testenv::poll::MINUTE;
 
 use crate::recording_driver::RecordingDriver;
 use crate::sidecar_harness::{Serving, SidecarPod, SidecarProcess, Workload, free_port, http_get, sidecar_pod};
@@ -34,21 +36,17 @@ impl Manager {
         let (health, metrics) = (free_port(), free_port());
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("manager.log");
-        let mut command = Command::new(workspace_binary("csi-addons-manager"));
+        let mut command = testenv::manager::ours(&workspace_binary("csi-addons-manager"));
+        testenv::manager::configure(&mut command, namespace, kubeconfig, Ports { health, metrics: Some(metrics) });
         // Plain-HTTP metrics unless the test is about the secure ones.
         if !extra.iter().any(|a| a.contains("metrics-secure")) {
             command.arg("-metrics-secure=false");
         }
         command
-            .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
-            .arg(format!("-metrics-bind-address=127.0.0.1:{metrics}"))
-            .arg(format!("--namespace={namespace}"))
             .arg(format!("--watch-namespace={namespace}"))
             .args(["--leader-election-lease-duration=4s", "--leader-election-renew-deadline=3s"])
             .args(["--leader-election-retry-period=1s"])
             .args(extra)
-            .env("KUBECONFIG", kubeconfig)
-            .env_remove("KUBERNETES_SERVICE_HOST")
             .env("RUST_LOG", "info,operator=debug")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
@@ -62,13 +60,9 @@ impl Manager {
 
     /// Polls `check` for up to 60 s; the panic carries the manager's log.
     pub async fn eventually(&self, what: &str, check: impl AsyncFn(&Manager) -> bool) {
-        for _ in 0..300 {
-            if check(self).await {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        if testenv::poll::until(MINUTE, async || check(self).await.then_some(())).await.is_none() {
+            panic!("timed out waiting for {what}; manager log:\n{}", self.log());
         }
-        panic!("timed out waiting for {what}; manager log:\n{}", self.log());
     }
 
     pub async fn leading(&self) -> Option<bool> {
@@ -170,17 +164,18 @@ pub fn dynamic(client: &kube::Client, namespace: &str, kind: &str) -> Api<kube::
 
 /// The job's status once it has a result (2 min at most; the panic carries the manager's log).
 pub async fn job_result(manager: &Manager, api: &Api<kube::api::DynamicObject>, name: &str) -> serde_json::Value {
-    for _ in 0..600 {
-        if let Some(job) = api.get_opt(name).await.unwrap()
-            && let Some(status) = job.data.get("status")
-            && status.get("result").is_some()
-        {
-            return status.clone();
+    let result = testenv::poll::until(2 * MINUTE, async || {
+        let job = api.get_opt(name).await.unwrap()?;
+        job.data.get("status").filter(|status| status.get("result").is_some()).cloned()
+    })
+    .await;
+    match result {
+        Some(status) => status,
+        None => {
+            let job = api.get_opt(name).await.unwrap();
+            panic!("job {name} has no result: {job:?}\nmanager log:\n{}", manager.log())
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let job = api.get_opt(name).await.unwrap();
-    panic!("job {name} has no result: {job:?}\nmanager log:\n{}", manager.log());
 }
 
 /// GET `path` over HTTPS from 127.0.0.1:`port`, trusting `ca_pem`, with an optional bearer token.
@@ -415,17 +410,15 @@ impl Stage {
 /// The message of a Warning event `reason` on `object` among `events`, if one comes within ten
 /// seconds: the manager records an event just after the status a caller has seen.
 pub async fn warning_in(events: &Api<Event>, object: &str, reason: &str) -> Option<String> {
-    for _ in 0..50 {
+    testenv::poll::until(Duration::from_secs(10), async || {
         let list = events.list(&ListParams::default()).await.unwrap();
         let found = list.items.into_iter().find(|e| {
             e.involved_object.name.as_deref() == Some(object)
                 && e.reason.as_deref() == Some(reason)
                 && e.type_.as_deref() == Some("Warning")
         });
-        if let Some(event) = found {
-            return event.message;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
-    None
+        found.map(|event| event.message)
+    })
+    .await
+    .flatten()
 }

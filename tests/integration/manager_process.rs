@@ -61,14 +61,7 @@ async fn a_bad_config_map_value_stops_the_start_with_the_key_named() {
     };
     Api::<ConfigMap>::namespaced(client.clone(), &namespace).create(&PostParams::default(), &config).await.unwrap();
     let mut manager = Manager::start(&namespace, cp.kubeconfig_path(), &[]);
-    let mut status = None;
-    for _ in 0..150 {
-        status = manager.child.try_wait().unwrap();
-        if status.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let status = testenv::poll::until(Duration::from_secs(30), async || manager.child.try_wait().unwrap()).await;
     let status = status.unwrap_or_else(|| panic!("the manager kept running; log:\n{}", manager.log()));
     assert!(!status.success());
     let log = manager.log();

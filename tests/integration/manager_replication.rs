@@ -1,11 +1,11 @@
 //! VolumeReplication end to end: the real manager, the real sidecar and the reference driver,
 //! which replicates a real volume it created to its second site.
-use std::time::Duration;
 
 use api::proto::csi::v1 as csi;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
+use testenv::poll::MINUTE;
 
 use crate::driver_harness::mount_capability;
 use crate::manager_fence::{FenceStage, cluster_of};
@@ -96,13 +96,14 @@ async fn vr_status(
 ) -> serde_json::Value {
     let api = replications(stage);
     let mut status = json!(null);
-    for _ in 0..300 {
+    let reached = testenv::poll::until(MINUTE, async || {
         let vr = api.get(name).await.unwrap();
         status = vr.data["status"].clone();
-        if status["observedGeneration"] == json!(vr.metadata.generation) && check(&status) {
-            return status;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        (status["observedGeneration"] == json!(vr.metadata.generation) && check(&status)).then(|| status.clone())
+    })
+    .await;
+    if let Some(status) = reached {
+        return status;
     }
     panic!("VolumeReplication {name} never reached {what}: {status}; manager log:\n{}", stage.manager.log());
 }
@@ -246,13 +247,11 @@ async fn a_sidecar_without_destination_info_means_not_supported_and_is_not_asked
     let api = dynamic_vr(&stage.client, &stage.namespace);
     api.create(&PostParams::default(), &serde_json::from_value(vr).unwrap()).await.unwrap();
     let mut status = json!(null);
-    for _ in 0..300 {
+    testenv::poll::until(MINUTE, async || {
         status = api.get("vr").await.unwrap().data["status"].clone();
-        if condition(&status, "DestinationInfoAvailable").1 == "NotSupported" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        (condition(&status, "DestinationInfoAvailable").1 == "NotSupported").then_some(())
+    })
+    .await;
     assert_eq!(condition(&status, "DestinationInfoAvailable"), ("False".into(), "NotSupported".into()), "{status}");
     assert_eq!(status["state"], "Primary", "{status}");
     assert_eq!(status["lastSyncBytes"], 4096, "replication info still read: {status}");

@@ -7,6 +7,7 @@ use std::time::Duration;
 use api::proto::replication;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
+use testenv::poll::MINUTE;
 use tonic::Status;
 
 use crate::manager_fence::cluster_of;
@@ -71,14 +72,15 @@ fn holds(status: &serde_json::Value, generation: i64, want: &[(&str, &str, &str)
 async fn until(stage: &Stage, name: &str, want: &[(&str, &str, &str)], message: &str) -> serde_json::Value {
     let api = replications(stage);
     let mut last = json!(null);
-    for _ in 0..300 {
+    let reached = testenv::poll::until(MINUTE, async || {
         let vr = api.get(name).await.unwrap();
         let generation = vr.metadata.generation.unwrap_or_default();
         last = vr.data["status"].clone();
-        if holds(&last, generation, want) && last["message"] == message {
-            return last;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        (holds(&last, generation, want) && last["message"] == message).then(|| last.clone())
+    })
+    .await;
+    if let Some(status) = reached {
+        return status;
     }
     panic!("{name} never reached {want:?} / {message:?}: {last:#}\nmanager log:\n{}", stage.manager.log());
 }

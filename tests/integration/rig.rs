@@ -13,6 +13,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+use testenv::poll::MINUTE;
 
 use crate::driver_harness::Harness;
 use crate::sidecar_harness::{Serving, SidecarPod, SidecarProcess, Workload, free_port, sidecar_pod};
@@ -145,22 +146,17 @@ impl ManagerProcess {
                 let binary = std::env::var_os("CSI_ADDONS_MANAGER")
                     .filter(|p| !p.is_empty())
                     .map_or_else(|| workspace_binary("csi-addons-manager"), PathBuf::from);
-                let mut command = Command::new(binary);
-                command.arg(format!("--namespace={namespace}")).env("RUST_LOG", "info").env("NO_COLOR", "1");
-                command
+                testenv::manager::ours(&binary)
             }
             Build::Upstream => {
                 let mut command = Command::new(upstream("manager"));
-                command.env("POD_NAMESPACE", namespace);
+                command.env("POD_NAMESPACE", namespace).env_remove("KUBERNETES_SERVICE_HOST");
                 command
             }
         };
-        command
-            .arg(format!("--health-probe-bind-address=127.0.0.1:{}", free_port()))
-            .args(["--metrics-bind-address=0", "--enable-auth=false"])
-            .args(extra)
-            .env("KUBECONFIG", kubeconfig)
-            .env_remove("KUBERNETES_SERVICE_HOST");
+        let ports = testenv::manager::Ports { health: free_port(), metrics: None };
+        testenv::manager::configure(&mut command, namespace, kubeconfig, ports);
+        command.arg("--enable-auth=false").args(extra);
         if !extra.iter().any(|a| a.starts_with("--leader-elect")) {
             command.arg("--leader-elect=false");
         }
@@ -227,9 +223,9 @@ impl SidecarRun {
             Build::Upstream => Self::upstream(client, &pod, node, driver_endpoint).await,
         };
         let nodes = crate::manager_harness::dynamic(client, namespace, "CSIAddonsNode");
-        for _ in 0..300 {
+        let registered = testenv::poll::until(MINUTE, async || {
             if !nodes.list(&ListParams::default()).await.unwrap().items.is_empty() {
-                return run;
+                return Some(());
             }
             if let SidecarRun::Upstream { child, log, .. } = &mut run {
                 assert!(
@@ -238,9 +234,13 @@ impl SidecarRun {
                     testenv::process::tail(log, 30)
                 );
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            None
+        })
+        .await;
+        match registered {
+            Some(()) => run,
+            None => panic!("the {} sidecar did not register a CSIAddonsNode", build.key()),
         }
-        panic!("the {} sidecar did not register a CSIAddonsNode", build.key());
     }
 
     async fn upstream(client: &kube::Client, pod: &SidecarPod, node: &str, driver_endpoint: &str) -> Self {

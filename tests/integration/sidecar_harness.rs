@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 use kube::api::{Api, PostParams};
 use serde_json::json;
+use testenv::poll::MINUTE;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
@@ -276,13 +277,9 @@ impl SidecarProcess {
 
     /// Polls `check` for up to 60 s; fails with the sidecar's log.
     pub async fn wait_for(&self, what: &str, check: impl AsyncFn(&SidecarProcess) -> bool) {
-        for _ in 0..300 {
-            if check(self).await {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        if testenv::poll::until(MINUTE, async || check(self).await.then_some(())).await.is_none() {
+            panic!("timed out waiting for {what}; sidecar log:\n{}", self.log());
         }
-        panic!("timed out waiting for {what}; sidecar log:\n{}", self.log());
     }
 
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
@@ -291,13 +288,10 @@ impl SidecarProcess {
 
     /// Waits up to 60 s for the process to exit by itself.
     pub async fn wait_exit(&mut self) -> std::process::ExitStatus {
-        for _ in 0..300 {
-            if let Some(status) = self.exited() {
-                return status;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        match testenv::poll::until(MINUTE, async || self.exited()).await {
+            Some(status) => status,
+            None => panic!("the sidecar did not exit; log:\n{}", self.log()),
         }
-        panic!("the sidecar did not exit; log:\n{}", self.log());
     }
 
     /// SIGKILL: no shutdown path runs.

@@ -11,11 +11,8 @@ use crate::sidecar_harness::{Serving, SidecarProcess, Workload, sidecar_pod};
 const DRIVER: &str = "registration.csi-addons-rs.io";
 
 async fn get_eventually(api: &Api<CSIAddonsNode>, name: &str, sidecar: &SidecarProcess) -> CSIAddonsNode {
-    for _ in 0..150 {
-        if let Some(node) = api.get_opt(name).await.unwrap() {
-            return node;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    if let Some(node) = testenv::poll::until(Duration::from_secs(30), async || api.get_opt(name).await.unwrap()).await {
+        return node;
     }
     let names: Vec<String> =
         api.list(&Default::default()).await.unwrap().items.into_iter().filter_map(|n| n.metadata.name).collect();
@@ -50,16 +47,10 @@ async fn a_daemonset_pod_registers_and_re_registers_after_a_delete() {
     // Deleted (e.g. by an administrator): the sidecar writes it again, without restarting.
     let first_uid = node.metadata.uid.clone();
     api.delete(&name, &DeleteParams::default()).await.unwrap();
-    let mut recreated = None;
-    for _ in 0..150 {
-        match api.get_opt(&name).await.unwrap() {
-            Some(n) if n.metadata.uid != first_uid => {
-                recreated = Some(n);
-                break;
-            }
-            _ => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
+    let recreated = testenv::poll::until(Duration::from_secs(30), async || {
+        api.get_opt(&name).await.unwrap().filter(|n| n.metadata.uid != first_uid)
+    })
+    .await;
     let recreated = recreated.unwrap_or_else(|| panic!("not re-created; sidecar log:\n{}", sidecar.log()));
     assert_eq!(recreated.spec.driver.name, DRIVER);
     sidecar.wait_ready().await;
@@ -165,12 +156,11 @@ async fn a_refused_registration_is_retried_until_it_is_accepted() {
     }))
     .unwrap();
     let dry = PostParams { dry_run: true, ..Default::default() };
-    for _ in 0..100 {
-        match api.create(&dry, &probe).await {
-            Err(kube::Error::Api(s)) if s.message.contains("registrations are closed") => break,
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
+    testenv::poll::until(Duration::from_secs(20), async || match api.create(&dry, &probe).await {
+        Err(kube::Error::Api(s)) if s.message.contains("registrations are closed") => Some(()),
+        _ => None,
+    })
+    .await;
 
     let driver = RecordingDriver::start(DRIVER, false, false);
     let pod = sidecar_pod(&client, &namespace, "node-d", Workload::DaemonSet, "csi-rbdplugin").await;

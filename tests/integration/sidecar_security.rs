@@ -131,17 +131,12 @@ async fn tls_is_required_verified_and_reloaded() {
     let renewed = TestPki::new();
     std::fs::copy(&renewed.key, &pki.key).unwrap();
     std::fs::copy(&renewed.cert, &pki.cert).unwrap();
-    let mut reloaded = false;
-    for _ in 0..50 {
-        if let Ok(channel) = tls_channel(sidecar.port, &renewed.ca_pem).await
-            && IdentityClient::new(channel).get_identity(bearer(GetIdentityRequest {}, &manager)).await.is_ok()
-        {
-            reloaded = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert!(reloaded, "the renewed certificate was not served; sidecar log:\n{}", sidecar.log());
+    let reloaded = testenv::poll::until(Duration::from_secs(10), async || {
+        let channel = tls_channel(sidecar.port, &renewed.ca_pem).await.ok()?;
+        IdentityClient::new(channel).get_identity(bearer(GetIdentityRequest {}, &manager)).await.ok()
+    })
+    .await;
+    assert!(reloaded.is_some(), "the renewed certificate was not served; sidecar log:\n{}", sidecar.log());
     assert!(tls_channel(sidecar.port, &pki.ca_pem).await.is_err(), "the old certificate is still served");
 }
 

@@ -86,15 +86,7 @@ pub fn test_peer_with(env: &str, script: &str, args: &[&str]) -> std::path::Path
     String::from_utf8(out.stdout).unwrap().trim().into()
 }
 
-/// A gRPC channel over the Unix socket of `endpoint` (`unix:///path`).
+/// A gRPC channel over the Unix socket of `endpoint` (`unix:///path`); tonic dials `unix:` URIs.
 pub async fn unix_channel(endpoint: &str) -> Result<tonic::transport::Channel, tonic::transport::Error> {
-    let path = std::path::PathBuf::from(endpoint.strip_prefix("unix://").unwrap());
-    tonic::transport::Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-            let path = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-            }
-        }))
-        .await
+    tonic::transport::Endpoint::from_shared(endpoint.to_owned())?.connect().await
 }

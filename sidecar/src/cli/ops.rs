@@ -6,7 +6,7 @@ use api::proto::{encryptionkeyrotation as ekr, fence, identity, reclaimspace, re
 use serde_json::{Value, json};
 use tonic::transport::Channel;
 
-use super::{Cli, Operation};
+use super::flags::{Cli, Operation};
 use crate::resolve;
 
 /// A channel to the driver, connected now so a missing driver is reported at once.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use api::proto::{fence as driver, internal as pb};
 use tonic::{Code, Request, Response, Status};
 
-use super::Backend;
+use super::backend::Backend;
 
 pub struct Fence(pub Arc<Backend>);
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use api::proto::{internal as pb, volumegroup as driver};
 use tonic::{Code, Request, Response, Status};
 
-use super::Backend;
+use super::backend::Backend;
 
 pub struct Groups(pub Arc<Backend>);
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use api::proto::identity as pb;
 use tonic::{Request, Response, Status};
 
-use super::Backend;
+use super::backend::Backend;
 
 pub struct Identity(pub Arc<Backend>);
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use api::proto::{encryptionkeyrotation as driver, internal as pb};
 use tonic::{Request, Response, Status};
 
-use super::Backend;
+use super::backend::Backend;
 use crate::resolve;
 
 pub struct KeyRotation(pub Arc<Backend>);

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use tonic::{Request, Response, Status};
 
-use super::Backend;
+use super::backend::Backend;
 use crate::resolve::{self, Volume};
 
 pub struct Reclaim(pub Arc<Backend>);

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use api::proto::{internal as pb, replication as driver};
 use tonic::{Code, Request, Response, Status};
 
-use super::Backend;
+use super::backend::Backend;
 
 pub struct Replication(pub Arc<Backend>);
 

@@ -1,0 +1,116 @@
+//! Leader election on a coordination.k8s.io Lease, as client-go's leaderelection does it: the
+//! manager competes for its Lease, each controller sidecar for its driver's. One loop for both,
+//! so they retry, report and release the same way.
+use std::time::Duration;
+
+use kube_lease_manager::LeaseManagerBuilder;
+use tokio::sync::watch;
+
+/// Which Lease, and who competes for it.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    pub namespace: String,
+    pub name: String,
+    /// The holder identity written into the Lease.
+    pub identity: String,
+}
+
+/// client-go's three leader-election durations.
+#[derive(Debug, Clone, Copy)]
+pub struct Timings {
+    /// How long a Lease stays held without renewal.
+    pub lease_duration: Duration,
+    /// How long the holder keeps trying to renew before it gives up leading.
+    pub renew_deadline: Duration,
+    /// The wait between attempts to create or read the Lease.
+    pub retry_period: Duration,
+}
+
+impl Timings {
+    /// The Lease's duration and how long before its expiry it is renewed, in whole seconds (what
+    /// a Lease records). Renewal starts once the renew deadline has passed; both stay at least 1 s
+    /// so a holder always renews before its Lease expires.
+    fn seconds(self) -> (u64, u64) {
+        let duration = self.lease_duration.as_secs().max(2);
+        let grace = duration.saturating_sub(self.renew_deadline.as_secs()).clamp(1, duration - 1);
+        (duration, grace)
+    }
+}
+
+/// Competes for `lease` until `stop` turns true. Every change of leadership is handed to
+/// `leading`, which is told `false` before the Lease is released on the way out. While the
+/// Lease can be neither created nor read (the API server may be unreachable), this side does
+/// not lead and tries again every retry period.
+pub async fn compete(
+    client: kube::Client,
+    lease: Lease,
+    timings: Timings,
+    mut leading: impl FnMut(bool) + Send,
+    mut stop: watch::Receiver<bool>,
+) {
+    let (duration, grace) = timings.seconds();
+    let full_name = format!("{}/{}", lease.namespace, lease.name);
+    let manager = loop {
+        let built = LeaseManagerBuilder::new(client.clone(), &lease.name)
+            .with_namespace(&lease.namespace)
+            .with_identity(&lease.identity)
+            .with_duration(duration)
+            .with_grace(grace)
+            .build();
+        tokio::select! {
+            built = built => match built {
+                Ok(manager) => break manager,
+                Err(e) => tracing::warn!(lease = %full_name, error = %e, "cannot use the Lease yet; retrying"),
+            },
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        tokio::select! {
+            () = tokio::time::sleep(timings.retry_period) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    };
+    let (mut holder, task) = manager.watch().await;
+    loop {
+        let now = *holder.borrow_and_update();
+        leading(now);
+        tracing::info!(lease = %full_name, leading = now, "leadership");
+        tokio::select! {
+            changed = holder.changed() => if changed.is_err() { break },
+            _ = stop.wait_for(|s| *s) => break,
+        }
+    }
+    // Stop acting as the leader first; dropping the last receiver then releases the Lease.
+    leading(false);
+    drop(holder);
+    match task.await {
+        Ok(Ok(_)) => tracing::info!(lease = %full_name, "Lease released"),
+        Ok(Err(e)) => tracing::warn!(lease = %full_name, error = %e, "releasing the Lease failed"),
+        Err(e) => tracing::warn!(lease = %full_name, error = %e, "the election task failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timings(lease: u64, renew: u64) -> Timings {
+        Timings {
+            lease_duration: Duration::from_secs(lease),
+            renew_deadline: Duration::from_secs(renew),
+            retry_period: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn renewal_starts_after_the_renew_deadline_and_before_expiry() {
+        // client-go's defaults: 137 s Lease, 107 s renew deadline → renew 30 s before expiry.
+        assert_eq!(timings(137, 107).seconds(), (137, 30));
+        // A renew deadline at or past the Lease's duration still renews a second early.
+        assert_eq!(timings(10, 10).seconds(), (10, 1));
+        assert_eq!(timings(10, 60).seconds(), (10, 1));
+        // A zero deadline renews as early as the Lease allows without renewing constantly.
+        assert_eq!(timings(10, 0).seconds(), (10, 9));
+        // Sub-two-second Leases are lengthened so there is room to renew.
+        assert_eq!(timings(0, 0).seconds(), (2, 1));
+    }
+}

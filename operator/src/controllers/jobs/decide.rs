@@ -1,0 +1,233 @@
+//! The life of a one-shot job (ReclaimSpaceJob, EncryptionKeyRotationJob — one mechanism for
+//! both): when to try again, when to give up, and, for reclaim space, which sidecars to call and
+//! how much was reclaimed. Pure; the reconciler does the calls.
+//!
+//! Unlike upstream, retries wait for real (the standard backoff: 5 s doubling, at most 5 min) and
+//! count attempts, not reconcile passes, so a job survives causes that last seconds (upstream's
+//! spends all its retries within a second).
+use std::time::Duration;
+
+use crate::core::backoff::Policy;
+
+/// upstream's defaults, applied when the spec says 0.
+pub const DEFAULT_BACK_OFF_LIMIT: i32 = 6;
+pub const DEFAULT_RETRY_DEADLINE_SECONDS: i64 = 600;
+
+/// A job's retry limits, defaults applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub back_off_limit: u32,
+    pub retry_deadline_seconds: i64,
+}
+
+impl Limits {
+    /// As upstream: 0 (or a negative value, which admission rejects) means the default.
+    pub fn from_spec(back_off_limit: i32, retry_deadline_seconds: i64) -> Self {
+        Limits {
+            back_off_limit: u32::try_from(back_off_limit)
+                .ok()
+                .filter(|n| *n > 0)
+                .unwrap_or(DEFAULT_BACK_OFF_LIMIT.unsigned_abs()),
+            retry_deadline_seconds: if retry_deadline_seconds > 0 {
+                retry_deadline_seconds
+            } else {
+                DEFAULT_RETRY_DEADLINE_SECONDS
+            },
+        }
+    }
+}
+
+/// The wait before attempt `attempt` (1 = the first retry): 5 s, 10 s, 20 s, … at most 5 min.
+pub fn retry_delay(attempt: u32) -> Duration {
+    Policy::STANDARD.delay(attempt)
+}
+
+/// Why a job ends Failed without another attempt, in upstream's words first.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GiveUp {
+    #[error(
+        "Time limit reached: not done within retryDeadlineSeconds ({seconds} s) after {failures} failed attempt(s)"
+    )]
+    Deadline { seconds: i64, failures: u32 },
+    #[error("Maximum retry limit reached: backOffLimit is {0}")]
+    BackOffLimit(u32),
+}
+
+/// What a job that has no result yet should do now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Make an attempt now.
+    Attempt,
+    /// Wait this long, then look again.
+    Wait(Duration),
+    /// Give up: the job ends Failed.
+    GiveUp(GiveUp),
+}
+
+/// `created`, `now` and `last_failure` in seconds; `failures` = failed attempts so far.
+pub fn next_step(limits: Limits, created: i64, now: i64, failures: u32, last_failure: Option<i64>) -> Step {
+    if now > created.saturating_add(limits.retry_deadline_seconds) {
+        return Step::GiveUp(GiveUp::Deadline { seconds: limits.retry_deadline_seconds, failures });
+    }
+    if failures > limits.back_off_limit {
+        return Step::GiveUp(GiveUp::BackOffLimit(limits.back_off_limit));
+    }
+    match last_failure {
+        Some(at) if failures > 0 => {
+            let due = at.saturating_add(i64::try_from(retry_delay(failures).as_secs()).unwrap_or(i64::MAX));
+            if now >= due { Step::Attempt } else { Step::Wait(Duration::from_secs((due - now).unsigned_abs())) }
+        }
+        _ => Step::Attempt,
+    }
+}
+
+/// A reclaim-space call to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReclaimCall {
+    /// NodeReclaimSpace through the sidecar of this node (where the volume is attached).
+    Node(String),
+    /// ControllerReclaimSpace through the driver's leader sidecar.
+    Controller,
+}
+
+/// What the pool holds for a reclaim: which sides can be called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReclaimSides {
+    /// A sidecar on the node where the volume is attached offers online reclaim.
+    pub node_online: bool,
+    /// Some sidecar of the driver, on any node, offers online reclaim.
+    pub driver_online: bool,
+    /// The driver's leader sidecar offers offline reclaim.
+    pub leader_offline: bool,
+}
+
+/// Why no reclaim-space call can be made now (worth retrying: sidecars come and go).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoReclaimCall {
+    #[error(
+        "node client not found: no sidecar of {driver} on node {node}, where the volume is attached, offers \
+         reclaim_space.ONLINE (the driver's sidecars on other nodes do)"
+    )]
+    NodeSidecarMissing { driver: String, node: String },
+    #[error(
+        "no sidecar on node {node} offers reclaim_space.ONLINE, and no leader sidecar of {driver} offers reclaim_space.OFFLINE"
+    )]
+    NeitherSide { driver: String, node: String },
+    #[error(
+        "the volume is not attached, so online reclaim is not possible, and no leader sidecar of {driver} offers \
+         reclaim_space.OFFLINE"
+    )]
+    NotAttached { driver: String },
+}
+
+/// Which calls reclaim space for a volume, as upstream routes them: node-side on the node where
+/// it is attached, if that node's sidecar offers online reclaim; controller-side if the leader
+/// offers offline reclaim. An attached volume of a driver whose node sidecars offer online reclaim
+/// waits for the sidecar of its node, as upstream ("node client not found"): reclaiming on the
+/// controller side alone would leave the mounted filesystem's free blocks untrimmed and still
+/// report success. A driver without online reclaim anywhere reclaims on the controller side, and
+/// one without offline reclaim on the node side (upstream requires the controller side). `Err`
+/// says what is missing.
+pub fn reclaim_plan(
+    driver: &str,
+    attached_to: Option<&str>,
+    sides: ReclaimSides,
+) -> Result<Vec<ReclaimCall>, NoReclaimCall> {
+    let ReclaimSides { node_online, driver_online, leader_offline } = sides;
+    if let Some(node) = attached_to
+        && !node_online
+        && driver_online
+    {
+        return Err(NoReclaimCall::NodeSidecarMissing { driver: driver.to_owned(), node: node.to_owned() });
+    }
+    let mut calls = Vec::new();
+    if let Some(node) = attached_to
+        && node_online
+    {
+        calls.push(ReclaimCall::Node(node.to_owned()));
+    }
+    if leader_offline {
+        calls.push(ReclaimCall::Controller);
+    }
+    if calls.is_empty() {
+        let driver = driver.to_owned();
+        return Err(match attached_to {
+            Some(node) => NoReclaimCall::NeitherSide { driver, node: node.to_owned() },
+            None => NoReclaimCall::NotAttached { driver },
+        });
+    }
+    Ok(calls)
+}
+
+/// Bytes reclaimed: the sum over the calls that reported both usages of pre − post (never
+/// negative; upstream computes post − pre, a negative number for space freed). `None` when no call reported usage.
+pub fn reclaimed_bytes(usages: &[(Option<i64>, Option<i64>)]) -> Option<i64> {
+    let reported: Vec<i64> =
+        usages.iter().filter_map(|(pre, post)| Some(pre.as_ref()?.saturating_sub(*post.as_ref()?).max(0))).collect();
+    (!reported.is_empty()).then(|| reported.iter().fold(0i64, |sum, n| sum.saturating_add(*n)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_means_upstreams_defaults() {
+        assert_eq!(Limits::from_spec(0, 0), Limits { back_off_limit: 6, retry_deadline_seconds: 600 });
+        assert_eq!(Limits::from_spec(2, 30), Limits { back_off_limit: 2, retry_deadline_seconds: 30 });
+        assert_eq!(Limits::from_spec(-1, -5), Limits { back_off_limit: 6, retry_deadline_seconds: 600 });
+    }
+
+    #[test]
+    fn retries_wait_for_real_and_give_up_clearly() {
+        let limits = Limits::from_spec(3, 600);
+        assert_eq!(next_step(limits, 0, 0, 0, None), Step::Attempt);
+        // First failure at t=1: the retry is due 5 s later, then 10 s, then 20 s.
+        assert_eq!(next_step(limits, 0, 2, 1, Some(1)), Step::Wait(Duration::from_secs(4)));
+        assert_eq!(next_step(limits, 0, 6, 1, Some(1)), Step::Attempt);
+        assert_eq!(next_step(limits, 0, 20, 2, Some(15)), Step::Wait(Duration::from_secs(5)));
+        assert_eq!(next_step(limits, 0, 60, 3, Some(40)), Step::Attempt);
+        // The first try plus backOffLimit retries, then no more.
+        assert!(
+            matches!(next_step(limits, 0, 200, 4, Some(100)), Step::GiveUp(m) if m.to_string().contains("backOffLimit is 3"))
+        );
+        assert!(matches!(next_step(limits, 0, 601, 1, Some(500)), Step::GiveUp(m) if m.to_string().contains("600 s")));
+        assert_eq!(retry_delay(1), Duration::from_secs(5));
+        assert_eq!(retry_delay(7), Duration::from_secs(300));
+        assert_eq!(retry_delay(u32::MAX), Duration::from_secs(300));
+        // Six retries of the default limits span over five minutes, well inside the deadline.
+        let total: Duration = (1..=6).map(retry_delay).sum();
+        assert!(total >= Duration::from_secs(300) && total < Duration::from_secs(600), "{total:?}");
+    }
+
+    #[test]
+    fn reclaim_routing_uses_what_the_driver_offers() {
+        use ReclaimCall::*;
+        let sides =
+            |node_online, driver_online, leader_offline| ReclaimSides { node_online, driver_online, leader_offline };
+        assert_eq!(reclaim_plan("d", Some("n1"), sides(true, true, true)), Ok(vec![Node("n1".into()), Controller]));
+        assert_eq!(reclaim_plan("d", None, sides(false, true, true)), Ok(vec![Controller]));
+        assert_eq!(
+            reclaim_plan("d", Some("n1"), sides(true, true, false)),
+            Ok(vec![Node("n1".into())]),
+            "online only works"
+        );
+        // No online reclaim anywhere: the controller side alone.
+        assert_eq!(reclaim_plan("d", Some("n1"), sides(false, false, true)), Ok(vec![Controller]));
+        let err = reclaim_plan("rbd.csi.ceph.com", None, sides(false, true, false)).unwrap_err().to_string();
+        assert!(err.contains("not attached") && err.contains("rbd.csi.ceph.com"), "{err}");
+        let err = reclaim_plan("d", Some("n1"), sides(false, false, false)).unwrap_err().to_string();
+        assert!(err.contains("node n1"), "{err}");
+        // The node's sidecar is missing while others offer online reclaim: wait for it.
+        let err = reclaim_plan("d", Some("n1"), sides(false, true, true)).unwrap_err().to_string();
+        assert!(err.contains("node client not found") && err.contains("node n1"), "{err}");
+    }
+
+    #[test]
+    fn reclaimed_space_is_pre_minus_post() {
+        assert_eq!(reclaimed_bytes(&[(Some(100), Some(40)), (Some(50), Some(45))]), Some(65));
+        assert_eq!(reclaimed_bytes(&[(Some(10), Some(30))]), Some(0), "growth is not negative reclaim");
+        assert_eq!(reclaimed_bytes(&[(None, Some(30)), (Some(5), None)]), None);
+        assert_eq!(reclaimed_bytes(&[]), None);
+    }
+}

@@ -1,0 +1,119 @@
+//! How a failed reconcile pass is told apart, for every controller: worth a retry soon, not worth
+//! one until the object changes, or a problem of the manager's own setup. Each controller has an
+//! error type of its own (thiserror) whose variants say their category; the category decides the
+//! retry (`core::run::error_policy`), the `csi_addons_reconcile_errors_total` label and the
+//! reason of the Warning event on the object.
+use std::time::Duration;
+
+/// What kind of failure an error is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Category {
+    /// Likely to pass by itself (the API server or a sidecar away, a conflict): retried soon.
+    Transient,
+    /// Fails the same way until the object (or what it names) changes: no retry until then.
+    Permanent,
+    /// The manager's own setup (its RBAC, a CRD not installed): retried slowly, and said loudly.
+    Configuration,
+}
+
+impl Category {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Category::Transient => "transient",
+            Category::Permanent => "permanent",
+            Category::Configuration => "configuration",
+        }
+    }
+
+    /// The Warning event's reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Category::Transient => "ReconcileRetried",
+            Category::Permanent => "ReconcileFailed",
+            Category::Configuration => "ManagerMisconfigured",
+        }
+    }
+
+    /// When the object is looked at again; None: only when it changes.
+    pub fn retry(self) -> Option<Duration> {
+        match self {
+            Category::Transient => Some(Duration::from_secs(5)),
+            Category::Configuration => Some(Duration::from_secs(60)),
+            Category::Permanent => None,
+        }
+    }
+}
+
+/// An error a reconcile pass ends with.
+pub trait Categorized: std::error::Error + Send + Sync + 'static {
+    fn category(&self) -> Category;
+}
+
+/// The category of a Kubernetes API error: refused by RBAC or not served is the manager's setup;
+/// invalid is the object's own; anything else (a conflict, a timeout, the server away) passes.
+pub fn kube_category(error: &kube::Error) -> Category {
+    match error {
+        kube::Error::Api(status) if status.code == 403 || status.code == 405 => Category::Configuration,
+        kube::Error::Api(status)
+            if status.code == 404
+                && status.reason == "NotFound"
+                && status.message.contains("the server could not find the requested resource") =>
+        {
+            Category::Configuration
+        }
+        kube::Error::Api(status) if status.code == 400 || status.code == 422 => Category::Permanent,
+        _ => Category::Transient,
+    }
+}
+
+/// Why a pass of a controller without an error type of its own could not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Transient(String),
+}
+
+impl Categorized for ReconcileError {
+    fn category(&self) -> Category {
+        match self {
+            ReconcileError::Kube(e) => kube_category(e),
+            ReconcileError::Transient(_) => Category::Transient,
+        }
+    }
+}
+
+/// Kubernetes API errors alone (the passes whose only failures are API calls).
+impl Categorized for kube::Error {
+    fn category(&self) -> Category {
+        kube_category(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16, reason: &str, message: &str) -> kube::Error {
+        kube::Error::Api(Box::new(kube::core::Status {
+            code,
+            reason: reason.into(),
+            message: message.into(),
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn api_errors_have_their_category() {
+        assert_eq!(kube_category(&api(403, "Forbidden", "forbidden")), Category::Configuration);
+        assert_eq!(kube_category(&api(422, "Invalid", "spec.x: Invalid value")), Category::Permanent);
+        assert_eq!(kube_category(&api(409, "Conflict", "the object has been modified")), Category::Transient);
+        assert_eq!(kube_category(&api(500, "InternalError", "etcd")), Category::Transient);
+        let not_served = api(404, "NotFound", "the server could not find the requested resource");
+        assert_eq!(kube_category(&not_served), Category::Configuration);
+        assert_eq!(Category::Permanent.retry(), None);
+        assert_eq!(Category::Transient.label(), "transient");
+    }
+}

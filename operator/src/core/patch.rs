@@ -1,0 +1,48 @@
+//! Writes of an object's metadata: a finalizer on or off, and merge patches.
+use kube::Resource;
+use serde::de::DeserializeOwned;
+
+use super::Core;
+
+/// Adds or removes `finalizer` on `object` (a no-op when already so), as a compare-and-swap: a
+/// concurrent change fails the patch and the pass is retried.
+pub async fn set_finalizer<K>(core: &Core, object: &K, finalizer: &str, present: bool) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    use kube::ResourceExt;
+    let finalizers = object.finalizers();
+    if finalizers.iter().any(|f| f == finalizer) == present {
+        return Ok(());
+    }
+    let mut next: Vec<String> = finalizers.iter().filter(|f| *f != finalizer).cloned().collect();
+    if present {
+        next.push(finalizer.to_owned());
+    }
+    let patch = serde_json::json!({"metadata": {"finalizers": next, "resourceVersion": object.resource_version()}});
+    match merge_patch(core, object, &patch).await {
+        Err(kube::Error::Api(s)) if s.code == 404 && !present => Ok(()),
+        other => other,
+    }
+}
+
+/// A JSON merge patch of `object`.
+async fn merge_patch<K>(core: &Core, object: &K, patch: &serde_json::Value) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = ()>,
+{
+    use kube::ResourceExt;
+    let params = kube::api::PatchParams::default();
+    core.api_of(object).patch(&object.name_any(), &params, &kube::api::Patch::Merge(patch)).await.map(|_| ())
+}
+
+/// A JSON merge patch of `object`; an object already gone is fine.
+pub async fn patch_merge<K>(core: &Core, object: &K, patch: &serde_json::Value) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = ()>,
+{
+    match merge_patch(core, object, patch).await {
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        other => other,
+    }
+}
