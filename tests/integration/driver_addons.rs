@@ -311,16 +311,17 @@ async fn replication_copies_volume_data_to_the_second_site() {
     // New data is picked up by the schedule (every second here).
     write_through_mount(&h, &id, "second.bin", 4 * MIB as usize).await;
     let written = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
+    let mut last = None;
+    let synced = testenv::poll::until(std::time::Duration::from_secs(20), async || {
         let now = info(&mut client).await.unwrap();
-        if now.last_sync_time.as_ref().unwrap().seconds > written {
-            assert!(now.last_sync_bytes >= 12 * MIB, "{now:?}");
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "no sync after the second write: {now:?}");
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+        let synced = now.last_sync_time.as_ref().unwrap().seconds > written;
+        last = Some(now);
+        synced.then(|| last.clone())
+    })
+    .await
+    .flatten();
+    let synced = synced.unwrap_or_else(|| panic!("no sync after the second write: {last:?}"));
+    assert!(synced.last_sync_bytes >= 12 * MIB, "{synced:?}");
     assert!(
         std::fs::read(h.backing_file(&id)).unwrap() == std::fs::read(&replica).unwrap(),
         "the replica missed the second write"

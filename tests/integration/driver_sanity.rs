@@ -197,16 +197,13 @@ async fn volumes_fences_groups_and_replications_survive_kill_9_of_the_driver() {
     let state_dir = driver.dir.path().join("state");
     // The killed driver's socket file is still there until the new process replaces it: retry
     // until the new process answers.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let listed = loop {
-        if let Ok(channel) = crate::support::unix_channel(&driver.endpoint).await
-            && let Ok(r) = ControllerClient::new(channel).list_volumes(csi::ListVolumesRequest::default()).await
-        {
-            break r.into_inner();
-        }
-        assert!(Instant::now() < deadline, "the restarted driver never answered");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let listed = testenv::poll::until(Duration::from_secs(30), async || {
+        let channel = crate::support::unix_channel(&driver.endpoint).await.ok()?;
+        ControllerClient::new(channel).list_volumes(csi::ListVolumesRequest::default()).await.ok()
+    })
+    .await
+    .expect("the restarted driver never answered")
+    .into_inner();
     let mut ids: Vec<String> = listed.entries.into_iter().map(|e| e.volume.unwrap().volume_id).collect();
     ids.sort();
     assert_eq!(ids, created);

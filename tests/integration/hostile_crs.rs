@@ -3,7 +3,6 @@
 //! rejected at admission with a message, or be admitted and end Failed with a message a user can
 //! act on (a Failed result or state, or a Warning event); the manager must keep running and stay
 //! healthy throughout. Prints what happened to each.
-use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams, PostParams};
@@ -133,19 +132,16 @@ async fn hostile_crs_are_rejected_or_fail_with_a_message_and_the_manager_stays_u
             }
         }
     }
-    let deadline = Instant::now() + Duration::from_secs(120);
     for (what, kind, name) in admitted {
-        let message = loop {
+        let failed = testenv::poll::until(2 * testenv::poll::MINUTE, async || {
             assert!(stage.manager.child.try_wait().unwrap().is_none(), "the manager exited:\n{}", stage.manager.log());
-            if let Some(message) = failure(&stage, kind, &name).await {
-                break message;
-            }
-            if Instant::now() > deadline {
-                let object = dynamic_api(&stage.client, kind, &stage.namespace).get_opt(&name).await.unwrap();
-                let status = object.map(|o| o.data["status"].clone()).unwrap_or_default();
-                panic!("{what}: admitted, and no Failed status or Warning event after 2 min; status {status}");
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            failure(&stage, kind, &name).await
+        })
+        .await;
+        let Some(message) = failed else {
+            let object = dynamic_api(&stage.client, kind, &stage.namespace).get_opt(&name).await.unwrap();
+            let status = object.map(|o| o.data["status"].clone()).unwrap_or_default();
+            panic!("{what}: admitted, and no Failed status or Warning event after 2 min; status {status}");
         };
         report.push(format!("{what}: admitted, then Failed: {}", cut(&message)));
     }
