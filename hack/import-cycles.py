@@ -16,10 +16,14 @@ import re
 import sys
 
 
-def module_path(src, file):
-    """The module path of `file` under `src`: ['controllers', 'jobs'] for controllers/jobs/mod.rs."""
+def module_path(src, file, has_lib):
+    """The module path of `file` under `src`: ['controllers', 'jobs'] for controllers/jobs/mod.rs.
+    The crate root is lib.rs; main.rs too when there is no lib.rs (beside one, main.rs is a
+    crate of its own that names the library by its name, so it gets a name of its own here)."""
     rel = os.path.relpath(file, src)[: -len(".rs")].split(os.sep)
-    if rel[-1] in ("mod", "lib", "main"):
+    if rel == ["main"]:
+        return ["<main>"] if has_lib else []
+    if rel == ["lib"] or rel[-1] == "mod":
         rel = rel[:-1]
     return rel
 
@@ -65,15 +69,16 @@ def strip_comments_and_strings(text):
 
 
 def expand_use_groups(code):
-    """`use a::{b, c::d};` as `use a::b; use a::c::d;`, one level of braces at a time."""
-    pattern = re.compile(r"((?:crate|super|self)(?:::\w+)*)::\{([^{}]*)\}")
+    """`use a::{b, c::{d, self}, e::*};` as `use a::b, a::c::d, a::c, a::e::*;`: innermost
+    braces first, so nested groups come out whole."""
+    pattern = re.compile(r"(\w+(?:::\w+)*)::\{([^{}]*)\}")
     while True:
         match = pattern.search(code)
         if not match:
             return code
         prefix, items = match.group(1), match.group(2)
         parts = [p.strip() for p in items.split(",") if p.strip()]
-        expanded = " ".join(f"{prefix}::{p};" if p != "self" else f"{prefix};" for p in parts)
+        expanded = ", ".join(f"{prefix}::{p}" if p != "self" else prefix for p in parts)
         code = code[: match.start()] + expanded + code[match.end():]
 
 
@@ -117,16 +122,23 @@ def resolve(path, here, modules):
 
 def edges_of(src):
     files = []
+    bins = os.path.join(src, "bin")
     for root, _, names in os.walk(src):
+        # src/bin/*.rs are crates of their own, which name the library by its name.
+        if root == bins or root.startswith(bins + os.sep):
+            continue
         files.extend(os.path.join(root, n) for n in names if n.endswith(".rs"))
-    modules = {tuple(module_path(src, f)): f for f in files}
+    has_lib = os.path.join(src, "lib.rs") in files
+    modules = {tuple(module_path(src, f, has_lib)): f for f in files}
     edges = {}
     for file in files:
-        here = module_path(src, file)
+        here = module_path(src, file, has_lib)
         # A file's own module (for `self::`) is its module path; `super::` of foo.rs is its parent.
         code = strip_comments_and_strings(open(file, encoding="utf-8").read())
         # `#[cfg(test)] mod tests { use super::*; }` names the file itself: no edge.
         code = expand_use_groups(inline_modules_as_self(code))
+        # A glob (`use super::*;`) names the module it reads from.
+        code = code.replace("::*", "::__glob__")
         for match in re.finditer(r"(?<![\w:])(\w+(?:::\w+)+)", code):
             segments = match.group(1).split("::")
             if segments[0] not in ("crate", "super", "self"):
@@ -136,7 +148,7 @@ def edges_of(src):
                 segments = ["self"] + segments
             target = resolve(segments, here, modules)
             if target and target != file:
-                name = segments[-1]
+                name = "*" if segments[-1] == "__glob__" else segments[-1]
                 edges.setdefault(file, {}).setdefault(target, set()).add(name)
     return files, edges
 

@@ -64,8 +64,10 @@ pub async fn compete(
             },
             _ = stop.wait_for(|s| *s) => return,
         }
+        // At least a second apart, whatever the flag says: a zero period would hammer an API
+        // server that refuses.
         tokio::select! {
-            () = tokio::time::sleep(timings.retry_period) => {}
+            () = tokio::time::sleep(timings.retry_period.max(Duration::from_secs(1))) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
     };

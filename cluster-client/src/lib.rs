@@ -23,6 +23,7 @@ use tower::{BoxError, ServiceBuilder};
 
 pub mod auth;
 mod connect;
+mod connections;
 pub mod election;
 pub mod kubeconfig;
 pub mod proxy;
@@ -78,7 +79,8 @@ pub fn client_for(config: kube::Config, in_flight: Option<usize>) -> Result<kube
     http.set_connect_timeout(config.connect_timeout);
     let route = connect::Route::new(http, proxy.as_ref()).map_err(ClientError::ProxyCredentials)?;
     let credentials = auth::Credentials::of(&config.auth_info)?;
-    let tls_config = tls::client_config(&config, credentials.plugin_identity())?;
+    let plugin_identity = credentials.plugin_identity();
+    let tls_config = tls::client_config(&config, plugin_identity.clone())?;
     let tls = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls_config).https_or_http();
     let tls = match &config.tls_server_name {
         Some(name) => {
@@ -89,12 +91,13 @@ pub fn client_for(config: kube::Config, in_flight: Option<usize>) -> Result<kube
         None => tls,
     };
     let connector = tls.enable_all_versions().wrap_connector(route);
-    let hyper = HyperClient::builder(TokioExecutor::new())
+    let mut builder = HyperClient::builder(TokioExecutor::new());
+    builder
         .timer(TokioTimer::new())
         .http2_keep_alive_interval(PING_INTERVAL)
         .http2_keep_alive_timeout(PING_TIMEOUT)
-        .http2_keep_alive_while_idle(true)
-        .build(connector);
+        .http2_keep_alive_while_idle(true);
+    let hyper = connections::Connections::new(builder, connector, plugin_identity);
     let service = ServiceBuilder::new()
         .option_layer(in_flight.map(ConcurrencyLimitLayer::new))
         .layer(config.base_uri_layer())

@@ -13,7 +13,7 @@
 use std::net::IpAddr;
 use std::str::FromStr;
 
-/// Why a proxy setting cannot be used.
+/// Why a proxy setting cannot be used. The value is shown without its credentials.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProxyError {
     #[error("{source_name} {value:?} is not a URL: {reason}")]
@@ -58,7 +58,7 @@ impl std::fmt::Debug for Proxy {
 impl Proxy {
     /// A proxy URL as client-go reads one: without a scheme, `http://` is assumed.
     pub fn parse(source_name: &'static str, value: &str) -> Result<Self, ProxyError> {
-        let invalid = |reason: String| ProxyError::Invalid { source_name, value: value.to_owned(), reason };
+        let invalid = |reason: String| ProxyError::Invalid { source_name, value: redacted(value), reason };
         let text = value.trim();
         let text = if text.contains("://") { text.to_owned() } else { format!("http://{text}") };
         let (scheme, rest) = text.split_once("://").ok_or_else(|| invalid("no scheme".into()))?;
@@ -66,7 +66,7 @@ impl Proxy {
         let protocol = match scheme.as_str() {
             "http" => Protocol::Http,
             "socks5" | "socks5h" => Protocol::Socks5,
-            _ => return Err(ProxyError::Scheme { source_name, value: value.to_owned(), scheme }),
+            _ => return Err(ProxyError::Scheme { source_name, value: redacted(value), scheme }),
         };
         let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
         let (userinfo, host_port) = match authority.rsplit_once('@') {
@@ -99,11 +99,35 @@ impl Proxy {
 }
 
 /// The proxy settings of the environment.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Environment {
     https: Option<String>,
     http: Option<String>,
     no_proxy: NoProxy,
+}
+
+impl std::fmt::Debug for Environment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Environment")
+            .field("https", &self.https.as_deref().map(redacted))
+            .field("http", &self.http.as_deref().map(redacted))
+            .field("no_proxy", &self.no_proxy)
+            .finish()
+    }
+}
+
+/// A proxy URL without the credentials it may hold (`user:password@`), for messages and logs.
+pub fn redacted(value: &str) -> String {
+    let (scheme, rest) = match value.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), value),
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = rest.get(..authority_end).unwrap_or(rest);
+    match authority.rfind('@') {
+        Some(at) => format!("{scheme}<credentials>@{}", rest.get(at + 1..).unwrap_or_default()),
+        None => value.to_owned(),
+    }
 }
 
 impl Environment {
@@ -154,9 +178,11 @@ pub fn choose(
 struct NoProxy {
     everything: bool,
     networks: Vec<(IpAddr, u8)>,
-    addresses: Vec<(IpAddr, Option<u16>)>,
-    /// `.example.com`, and whether `example.com` itself is covered too.
-    domains: Vec<(String, Option<u16>, bool)>,
+    /// Addresses and the port they are limited to, as written (a port that is not a number
+    /// matches none, as in client-go).
+    addresses: Vec<(IpAddr, Option<String>)>,
+    /// `.example.com`, its port, and whether `example.com` itself is covered too.
+    domains: Vec<(String, Option<String>, bool)>,
 }
 
 impl NoProxy {
@@ -179,11 +205,13 @@ impl NoProxy {
             if host.is_empty() {
                 continue;
             }
+            let port = port.map(str::to_owned);
             if let Ok(address) = IpAddr::from_str(host) {
-                parsed.addresses.push((address, port));
+                parsed.addresses.push((address.to_canonical(), port));
                 continue;
             }
-            let host = host.strip_prefix('*').unwrap_or(host);
+            // `*.example.com` is `.example.com`.
+            let host = host.strip_prefix('*').filter(|rest| rest.starts_with('.')).unwrap_or(host);
             match host.strip_prefix('.') {
                 Some(_) => parsed.domains.push((host.to_owned(), port, false)),
                 None => parsed.domains.push((format!(".{host}"), port, true)),
@@ -195,19 +223,22 @@ impl NoProxy {
     /// Whether requests to `host:port` go through the environment's proxy.
     fn proxied(&self, host: &str, port: u16) -> bool {
         let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
-        let address = IpAddr::from_str(&host).ok();
+        // An IPv4 address written as IPv6 (`::ffff:127.0.0.1`) is that IPv4 address.
+        let address = IpAddr::from_str(&host).ok().map(|a| a.to_canonical());
         if host == "localhost" || address.is_some_and(|a| a.is_loopback()) || self.everything {
             return false;
         }
-        let port_matches = |wanted: Option<u16>| wanted.is_none_or(|p| p == port);
+        let port = port.to_string();
+        let port_matches = |wanted: &Option<String>| wanted.as_ref().is_none_or(|p| *p == port);
         if let Some(address) = address
             && (self.networks.iter().any(|(network, bits)| contains(*network, *bits, address))
-                || self.addresses.iter().any(|(a, p)| *a == address && port_matches(*p)))
+                || self.addresses.iter().any(|(a, p)| *a == address && port_matches(p)))
         {
             return false;
         }
         !self.domains.iter().any(|(suffix, p, itself)| {
-            (host.ends_with(suffix.as_str()) || (*itself && host == suffix[1..])) && port_matches(*p)
+            let is_itself = *itself && suffix.strip_prefix('.') == Some(host.as_str());
+            (host.ends_with(suffix.as_str()) || is_itself) && port_matches(p)
         })
     }
 }
@@ -228,15 +259,15 @@ fn contains(network: IpAddr, bits: u8, address: IpAddr) -> bool {
 }
 
 /// `host:port`, `[v6]:port` or a bare host (an IPv6 address without brackets has no port).
-fn split_port(entry: &str) -> (&str, Option<u16>) {
+fn split_port(entry: &str) -> (&str, Option<&str>) {
     if entry.starts_with('[') {
         return match entry.rsplit_once("]:") {
-            Some((host, port)) => (host, port.parse().ok()),
+            Some((host, port)) => (host, Some(port)),
             None => (entry, None),
         };
     }
     match entry.rsplit_once(':') {
-        Some((host, port)) if !host.contains(':') => (host, port.parse().ok()),
+        Some((host, port)) if !host.contains(':') => (host, Some(port)),
         _ => (entry, None),
     }
 }

@@ -31,7 +31,14 @@ fn the_environment_proxy_is_chosen_by_the_servers_scheme() {
 
 #[test]
 fn localhost_and_loopback_are_never_sent_to_the_environments_proxy() {
-    for server in ["https://localhost:6443", "https://127.0.0.1:6443", "https://127.9.9.9", "https://[::1]:6443"] {
+    let loopback = [
+        "https://localhost:6443",
+        "https://127.0.0.1:6443",
+        "https://127.9.9.9",
+        "https://[::1]:6443",
+        "https://[::ffff:127.0.0.1]",
+    ];
+    for server in loopback {
         assert_eq!(proxy_for(server, None, &[PROXY]), None, "{server}");
     }
     assert!(proxy_for("https://10.96.0.1:443", None, &[PROXY]).is_some());
@@ -60,6 +67,10 @@ fn no_proxy_entries_as_client_go_reads_them() {
     assert!(!no_proxy("10.96.0.1:6443", "https://10.96.0.1"));
     assert!(no_proxy("fd00::/8", "https://[fd00::1]:6443"));
     assert!(no_proxy("[fd00::1]:6443", "https://[fd00::1]:6443"));
+    // `*` only as in `*.`; a port that is not a number matches none.
+    assert!(!no_proxy("*example.com", "https://api.example.com"));
+    assert!(!no_proxy("example.com:https", "https://api.example.com"));
+    assert!(no_proxy("::ffff:10.96.0.1", "https://10.96.0.1"));
     // Everything; lists; junk entries are skipped.
     assert!(no_proxy("*", "https://api.example.com"));
     assert!(no_proxy("foo, ,10.0.0.0/99,example.com", "https://api.example.com"));
@@ -86,4 +97,18 @@ fn proxy_urls_as_client_go_parses_them() {
     assert!(empty.contains("no host"), "{empty}");
     let bad = Proxy::parse("the kubeconfig's proxy-url", "http://a b:1").unwrap_err().to_string();
     assert!(bad.starts_with("the kubeconfig's proxy-url \"http://a b:1\" is not a URL"), "{bad}");
+}
+
+#[test]
+fn credentials_never_reach_a_message() {
+    for value in
+        ["https://ops:s3cret@proxy:443", "http://ops:s3cret@", "ftp://ops:s3cret@proxy/x@y", "ops:s3cret@pro xy:1"]
+    {
+        let error = Proxy::parse("HTTPS_PROXY", value).unwrap_err().to_string();
+        assert!(!error.contains("s3cret") && error.contains("<credentials>@"), "{error}");
+    }
+    let environment = environment(&[("HTTPS_PROXY", "http://ops:s3cret@proxy:3128")]);
+    let shown = format!("{environment:?}");
+    assert!(!shown.contains("s3cret") && shown.contains("http://<credentials>@proxy:3128"), "{shown}");
+    assert_eq!(redacted("http://proxy:3128/a@b"), "http://proxy:3128/a@b", "an @ past the host is not userinfo");
 }

@@ -50,7 +50,8 @@ fn ring() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 /// The client TLS configuration for `config` (no ALPN: the connector sets it). The kubeconfig's
-/// own client certificate comes first; without one, a plugin's (`plugin`) is presented.
+/// own client certificate comes first; without one, a plugin's (`plugin`) is presented. (client-go
+/// does not even run the plugin for a certificate when the kubeconfig has one.)
 pub fn client_config(config: &kube::Config, plugin: Option<Arc<PluginIdentity>>) -> Result<ClientConfig, TlsError> {
     let verifier: Arc<dyn ServerCertVerifier> = if config.accept_invalid_certs {
         AnyServer::new()
@@ -74,11 +75,21 @@ pub fn client_config(config: &kube::Config, plugin: Option<Arc<PluginIdentity>>)
 }
 
 /// The client certificate an exec credential plugin returned last: set before each request
-/// that ran the plugin, read by the handshakes of connections opened after it.
+/// that ran the plugin, read by the handshakes of connections opened after it. Its generation
+/// counts the changes of certificate, so that the client opens new connections
+/// (`connections.rs`).
 #[derive(Debug, Default)]
-pub struct PluginIdentity(RwLock<Option<Arc<CertifiedKey>>>);
+pub struct PluginIdentity {
+    current: RwLock<Option<Arc<CertifiedKey>>>,
+    generation: std::sync::atomic::AtomicU64,
+}
 
 impl PluginIdentity {
+    /// How many times the certificate has changed.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Presents `certificate` (a PEM chain) with `key` (PEM) from now on.
     pub fn set(&self, certificate: &str, key: &str) -> Result<(), TlsError> {
         let chain = pem_certificates(certificate.as_bytes());
@@ -88,14 +99,18 @@ impl PluginIdentity {
         let key = PrivateKeyDer::from_pem_slice(key.as_bytes())
             .map_err(|_| TlsError::Pem { what: "the client key", expected: "PRIVATE KEY" })?;
         let signing_key = ring().key_provider.load_private_key(key)?;
-        let certified = Arc::new(CertifiedKey::new(chain, signing_key));
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some(certified);
+        let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
+        let changed = current.as_ref().is_none_or(|now| now.cert != chain);
+        *current = Some(Arc::new(CertifiedKey::new(chain, signing_key)));
+        if changed {
+            self.generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
         Ok(())
     }
 
     /// The certificate presented now, if the plugin has returned one.
     pub fn current(&self) -> Option<Arc<CertifiedKey>> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.current.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
@@ -283,5 +298,33 @@ impl ServerCertVerifier for AnyServer {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair() -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["plugin".to_owned()]).unwrap().self_signed(&key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn a_new_plugin_certificate_counts_as_a_change_and_the_same_one_does_not() {
+        let identity = PluginIdentity::default();
+        assert!(identity.current().is_none() && identity.generation() == 0);
+        let (first, first_key) = pair();
+        identity.set(&first, &first_key).unwrap();
+        identity.set(&first, &first_key).unwrap();
+        assert_eq!(identity.generation(), 1, "the same certificate again is no change");
+        let (second, second_key) = pair();
+        identity.set(&second, &second_key).unwrap();
+        assert_eq!(identity.generation(), 2);
+        let presented = identity.resolve(&[], &[SignatureScheme::ECDSA_NISTP256_SHA256]).unwrap();
+        assert_eq!(presented.cert, pem_certificates(second.as_bytes()));
+        assert!(identity.set("not PEM", &second_key).is_err());
+        assert_eq!(identity.generation(), 2, "a refused certificate changes nothing");
     }
 }

@@ -61,8 +61,8 @@ impl<V: Clone> AnswerCache<V> {
         if let Some(answer) = self.remembered(&key) {
             return answer;
         }
-        // The semaphore is never closed, so acquiring only waits; and calls that raced here with
-        // the same token find the first one's answer once it holds a permit.
+        // The semaphore is never closed, so acquiring only waits. A call that waited for a permit
+        // looks again: another call with the same token may have been answered meanwhile.
         let _permit = self.in_flight.acquire().await.ok();
         if let Some(answer) = self.remembered(&key) {
             return answer;
@@ -77,7 +77,10 @@ impl<V: Clone> AnswerCache<V> {
                     answers.clear();
                 }
             }
-            answers.insert(key, (answer.clone(), Instant::now() + ttl));
+            // A TTL too large to count is not one to keep.
+            if let Some(expiry) = Instant::now().checked_add(ttl) {
+                answers.insert(key, (answer.clone(), expiry));
+            }
         }
         answer
     }

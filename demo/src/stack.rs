@@ -186,7 +186,7 @@ impl Stack {
             }
         };
         let ports = testenv::manager::Ports { health: free_port()?, metrics };
-        testenv::manager::configure(&mut manager, MANAGER_NAMESPACE, &kubeconfig, ports);
+        testenv::manager::configure(&mut manager, Some(MANAGER_NAMESPACE), &kubeconfig, ports);
         manager.arg(format!("--enable-auth={}", options.auth));
         stack.spawn("csi-addons-manager", manager)?;
 

@@ -1,5 +1,6 @@
 //! gRPC channels to a driver: `unix:///path`, a bare `/path`, or `host:port`. tonic dials
-//! `unix:` URIs itself.
+//! `unix:` URIs itself, taking what follows `unix://` (or `unix:`) as the path, so that
+//! `unix://relative/path` stays relative, as Go reads it.
 use tonic::transport::{Channel, Endpoint};
 
 /// The endpoint of a driver address.

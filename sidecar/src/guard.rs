@@ -15,8 +15,9 @@ use crate::metrics::Metrics;
 /// How long a TokenReview answer is reused.
 const ACCEPTED_TTL: Duration = Duration::from_secs(60);
 const REJECTED_TTL: Duration = Duration::from_secs(10);
-/// Bound on cached answers (one per distinct token), and on TokenReviews in flight at once.
+/// Bound on cached answers (one per distinct token).
 const CACHE_LIMIT: usize = 1024;
+/// TokenReviews in flight at once: callers with ever-new tokens cannot flood the API server.
 const REVIEWS_IN_FLIGHT: usize = 4;
 
 /// The prefix of a ServiceAccount's TokenReview username.

@@ -19,11 +19,15 @@ pub fn ours(binary: &Path) -> Command {
     command
 }
 
-/// Adds the flags either build takes for `namespace`, `kubeconfig` and `ports` to `command`.
-pub fn configure(command: &mut Command, namespace: &str, kubeconfig: &Path, ports: Ports) {
+/// Adds the flags either build takes for `kubeconfig` and `ports` to `command`, and for
+/// `namespace`, where the manager's settings (the `csi-addons-config` ConfigMap) live, when given:
+/// upstream's manager reads that ConfigMap at start and exits when its role may not.
+pub fn configure(command: &mut Command, namespace: Option<&str>, kubeconfig: &Path, ports: Ports) {
     let metrics = ports.metrics.map_or_else(|| "0".to_owned(), |port| format!("127.0.0.1:{port}"));
+    if let Some(namespace) = namespace {
+        command.arg(format!("--namespace={namespace}"));
+    }
     command
-        .arg(format!("--namespace={namespace}"))
         .arg(format!("--health-probe-bind-address=127.0.0.1:{}", ports.health))
         .arg(format!("--metrics-bind-address={metrics}"))
         .env("KUBECONFIG", kubeconfig);
@@ -40,14 +44,14 @@ mod tests {
     #[test]
     fn either_build_gets_the_same_flags() {
         let mut command = ours(Path::new("/bin/csi-addons-manager"));
-        configure(&mut command, "ns", Path::new("/k"), Ports { health: 1, metrics: Some(2) });
+        configure(&mut command, Some("ns"), Path::new("/k"), Ports { health: 1, metrics: Some(2) });
         assert_eq!(
             args(&command),
             ["--namespace=ns", "--health-probe-bind-address=127.0.0.1:1", "--metrics-bind-address=127.0.0.1:2"]
         );
         let mut upstream = Command::new("/bin/manager");
-        configure(&mut upstream, "ns", Path::new("/k"), Ports { health: 1, metrics: None });
-        assert_eq!(args(&upstream)[2], "--metrics-bind-address=0");
+        configure(&mut upstream, None, Path::new("/k"), Ports { health: 1, metrics: None });
+        assert_eq!(args(&upstream), ["--health-probe-bind-address=127.0.0.1:1", "--metrics-bind-address=0"]);
         let kubeconfig = upstream.get_envs().find(|(k, _)| *k == "KUBECONFIG").and_then(|(_, v)| v);
         assert_eq!(kubeconfig, Some(std::ffi::OsStr::new("/k")));
     }

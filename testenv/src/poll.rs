@@ -24,12 +24,13 @@ pub async fn try_until<T, E>(
     limit: Duration,
     mut check: impl AsyncFnMut() -> Result<Option<T>, E>,
 ) -> Result<Option<T>, E> {
-    let deadline = Instant::now() + limit;
+    // A limit too large to count is no limit.
+    let deadline = Instant::now().checked_add(limit);
     loop {
         if let Some(value) = check().await? {
             return Ok(Some(value));
         }
-        if Instant::now() >= deadline {
+        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
             return Ok(None);
         }
         tokio::time::sleep(INTERVAL).await;

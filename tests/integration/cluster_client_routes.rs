@@ -216,7 +216,12 @@ async fn the_manager_starts_behind_an_environment_proxy() {
     let path = kubeconfig(dir.path(), json!({}), None);
     let health = free_port();
     let mut command = testenv::manager::ours(&workspace_binary("csi-addons-manager"));
-    testenv::manager::configure(&mut command, &namespace, &path, testenv::manager::Ports { health, metrics: None });
+    testenv::manager::configure(
+        &mut command,
+        Some(&namespace),
+        &path,
+        testenv::manager::Ports { health, metrics: None },
+    );
     command
         .arg(format!("--watch-namespace={namespace}"))
         .arg("--leader-elect=false")

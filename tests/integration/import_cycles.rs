@@ -66,3 +66,23 @@ fn slashes_in_strings_and_quotes_in_comments_do_not_hide_paths() {
     assert_eq!(found.status.code(), Some(1), "{report}");
     assert!(report.contains("a.rs: f") && report.contains("b.rs: g"), "{report}");
 }
+
+#[test]
+fn nested_groups_and_globs_are_edges_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    write(src, "lib.rs", "pub mod a;\npub mod b;\n");
+    write(src, "a/mod.rs", "pub mod x;\nuse crate::{b::{g, self}};\n");
+    write(src, "a/x.rs", "use super::*;\npub fn y() {}\n");
+    write(src, "b.rs", "pub fn g() { crate::a::x::y(); }\n");
+    // A binary beside the library is a crate of its own: not part of the circle.
+    write(src, "main.rs", "fn main() { csi::a::x::y(); }\n");
+    write(src, "bin/tool.rs", "fn main() { crate::b::g(); }\n");
+    let found = scan(src);
+    let report = String::from_utf8_lossy(&found.stdout);
+    assert_eq!(found.status.code(), Some(1), "{report}");
+    assert!(report.contains("import circle of 3 files"), "{report}");
+    assert!(report.contains("a/x.rs -> ") && report.contains("a/mod.rs: *"), "{report}");
+    assert!(report.contains("a/mod.rs -> ") && report.contains("b.rs: b, g"), "{report}");
+    assert!(!report.contains("main.rs") && !report.contains("tool.rs"), "{report}");
+}

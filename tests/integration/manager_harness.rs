@@ -37,7 +37,12 @@ impl Manager {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("manager.log");
         let mut command = testenv::manager::ours(&workspace_binary("csi-addons-manager"));
-        testenv::manager::configure(&mut command, namespace, kubeconfig, Ports { health, metrics: Some(metrics) });
+        testenv::manager::configure(
+            &mut command,
+            Some(namespace),
+            kubeconfig,
+            Ports { health, metrics: Some(metrics) },
+        );
         // Plain-HTTP metrics unless the test is about the secure ones.
         if !extra.iter().any(|a| a.contains("metrics-secure")) {
             command.arg("-metrics-secure=false");

@@ -141,21 +141,23 @@ impl ManagerProcess {
     /// Runs cluster-wide with its settings in `namespace`, as `kubeconfig`'s user, metrics off, no
     /// sidecar authentication; `extra` flags are appended (both builds take the same names).
     pub fn start(build: Build, namespace: &str, kubeconfig: &Path, log: &Path, extra: &[String]) -> Self {
-        let mut command = match build {
+        // Upstream's manager keeps its settings in csi-addons-system (its role may not read another
+        // namespace's ConfigMaps) and takes the namespace of its Lease from POD_NAMESPACE.
+        let (mut command, settings) = match build {
             Build::Ours => {
                 let binary = std::env::var_os("CSI_ADDONS_MANAGER")
                     .filter(|p| !p.is_empty())
                     .map_or_else(|| workspace_binary("csi-addons-manager"), PathBuf::from);
-                testenv::manager::ours(&binary)
+                (testenv::manager::ours(&binary), Some(namespace))
             }
             Build::Upstream => {
                 let mut command = Command::new(upstream("manager"));
                 command.env("POD_NAMESPACE", namespace).env_remove("KUBERNETES_SERVICE_HOST");
-                command
+                (command, None)
             }
         };
         let ports = testenv::manager::Ports { health: free_port(), metrics: None };
-        testenv::manager::configure(&mut command, namespace, kubeconfig, ports);
+        testenv::manager::configure(&mut command, settings, kubeconfig, ports);
         command.arg("--enable-auth=false").args(extra);
         if !extra.iter().any(|a| a.starts_with("--leader-elect")) {
             command.arg("--leader-elect=false");

@@ -4,7 +4,6 @@
 //! 20 s … at most 5 min); CSIAddonsNodes start from `csi-addons-node-retry-delay` (2, 4, 8 s with
 //! upstream's setting). An object's entry goes when it succeeds or when the object goes.
 use std::collections::{HashMap, HashSet};
-use std::ops::Deref;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -12,8 +11,9 @@ use kube::Resource;
 use kube::runtime::reflector::Store;
 
 use super::Core;
+use super::clock::now_seconds;
 use super::lock::locked;
-use super::run::ControllerContext;
+use super::run::Context;
 
 /// How long to wait after failures in a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,33 +100,29 @@ impl Backoff {
 }
 
 /// The context of a controller whose only state of its own is its backoff.
-pub struct Retrying {
-    core: Arc<Core>,
-    pub backoff: Backoff,
-}
+pub type Retrying = Context<Backoff>;
 
-impl Retrying {
-    /// Starts pruning the backoff of objects that left `store`.
-    pub fn new<K>(core: Arc<Core>, store: &Store<K>) -> Arc<Self>
+impl Context<Backoff> {
+    /// A context whose backoff forgets the objects that left `store`.
+    pub fn retrying<K>(core: Arc<Core>, store: &Store<K>) -> Arc<Self>
     where
         K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     {
-        let ctx = Arc::new(Retrying { core, backoff: Backoff::default() });
-        prune_periodically(Arc::downgrade(&ctx), store.clone(), |ctx: &Retrying, live| ctx.backoff.retain(live));
+        let ctx = Arc::new(Context::new(core, Backoff::default()));
+        prune_periodically(Arc::downgrade(&ctx), store.clone(), |ctx: &Retrying, live| ctx.state.retain(live));
         ctx
     }
-}
 
-impl Deref for Retrying {
-    type Target = Core;
-    fn deref(&self) -> &Core {
-        &self.core
+    /// Counts a failure of `object` and returns the wait before it is tried again (the standard
+    /// policy).
+    pub fn retry<K: Resource>(&self, object: &K) -> Duration {
+        let uid = object.meta().uid.as_deref().unwrap_or_default();
+        self.state.next_delay(uid, Policy::STANDARD, now_seconds())
     }
-}
 
-impl ControllerContext for Retrying {
-    fn core(&self) -> &Core {
-        &self.core
+    /// `object` succeeded: its failures go.
+    pub fn forget<K: Resource>(&self, object: &K) {
+        self.state.forget(object.meta().uid.as_deref().unwrap_or_default());
     }
 }
 

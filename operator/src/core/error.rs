@@ -1,18 +1,22 @@
 //! How a failed reconcile pass is told apart, for every controller: worth a retry soon, not worth
-//! one until the object changes, or a problem of the manager's own setup. Each controller has an
-//! error type of its own (thiserror) whose variants say their category; the category decides the
-//! retry (`core::run::error_policy`), the `csi_addons_reconcile_errors_total` label and the
-//! reason of the Warning event on the object.
+//! one until the object changes, or a problem of the manager's own setup. A controller's error
+//! type (its own thiserror enum, or `kube::Error` for the passes whose only failures are API
+//! calls) says each error's category; the category decides the retry
+//! (`core::run::error_policy`), the `csi_addons_reconcile_errors_total` label and the reason of
+//! the Warning event on the object.
 use std::time::Duration;
 
 /// What kind of failure an error is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Category {
-    /// Likely to pass by itself (the API server or a sidecar away, a conflict): retried soon.
+    /// Likely to pass by itself (the API server or a sidecar away, a conflict): retried soon, and
+    /// only counted and logged (an event each time would be noise).
     Transient,
-    /// Fails the same way until the object (or what it names) changes: no retry until then.
+    /// Fails the same way until the object (or what it names) changes: no hot retry, a slow one
+    /// in case what it names changes unseen; told on the object.
     Permanent,
-    /// The manager's own setup (its RBAC, a CRD not installed): retried slowly, and said loudly.
+    /// The manager's own setup (its RBAC, a CRD not installed): retried slowly, and told on the
+    /// object.
     Configuration,
 }
 
@@ -26,21 +30,21 @@ impl Category {
         }
     }
 
-    /// The Warning event's reason.
-    pub fn reason(self) -> &'static str {
+    /// The reason of the Warning event on the object, for the categories that get one.
+    pub fn reason(self) -> Option<&'static str> {
         match self {
-            Category::Transient => "ReconcileRetried",
-            Category::Permanent => "ReconcileFailed",
-            Category::Configuration => "ManagerMisconfigured",
+            Category::Transient => None,
+            Category::Permanent => Some("ReconcileFailed"),
+            Category::Configuration => Some("ManagerMisconfigured"),
         }
     }
 
-    /// When the object is looked at again; None: only when it changes.
-    pub fn retry(self) -> Option<Duration> {
+    /// When the object is looked at again (sooner if it changes).
+    pub fn retry(self) -> Duration {
         match self {
-            Category::Transient => Some(Duration::from_secs(5)),
-            Category::Configuration => Some(Duration::from_secs(60)),
-            Category::Permanent => None,
+            Category::Transient => Duration::from_secs(5),
+            Category::Configuration => Duration::from_secs(60),
+            Category::Permanent => Duration::from_secs(300),
         }
     }
 }
@@ -48,6 +52,12 @@ impl Category {
 /// An error a reconcile pass ends with.
 pub trait Categorized: std::error::Error + Send + Sync + 'static {
     fn category(&self) -> Category;
+
+    /// Whether the controller has already told the user with an event of its own (then the
+    /// category's event would say it twice).
+    fn announced(&self) -> bool {
+        false
+    }
 }
 
 /// The category of a Kubernetes API error: refused by RBAC or not served is the manager's setup;
@@ -64,24 +74,6 @@ pub fn kube_category(error: &kube::Error) -> Category {
         }
         kube::Error::Api(status) if status.code == 400 || status.code == 422 => Category::Permanent,
         _ => Category::Transient,
-    }
-}
-
-/// Why a pass of a controller without an error type of its own could not finish.
-#[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("{0}")]
-    Transient(String),
-}
-
-impl Categorized for ReconcileError {
-    fn category(&self) -> Category {
-        match self {
-            ReconcileError::Kube(e) => kube_category(e),
-            ReconcileError::Transient(_) => Category::Transient,
-        }
     }
 }
 
@@ -113,7 +105,14 @@ mod tests {
         assert_eq!(kube_category(&api(500, "InternalError", "etcd")), Category::Transient);
         let not_served = api(404, "NotFound", "the server could not find the requested resource");
         assert_eq!(kube_category(&not_served), Category::Configuration);
-        assert_eq!(Category::Permanent.retry(), None);
         assert_eq!(Category::Transient.label(), "transient");
+    }
+
+    #[test]
+    fn only_transient_errors_retry_soon_and_only_the_others_get_an_event() {
+        let policy = |c: Category| (c.retry().as_secs(), c.reason());
+        assert_eq!(policy(Category::Transient), (5, None));
+        assert_eq!(policy(Category::Configuration), (60, Some("ManagerMisconfigured")));
+        assert_eq!(policy(Category::Permanent), (300, Some("ReconcileFailed")));
     }
 }

@@ -26,6 +26,32 @@ impl ControllerContext for Core {
     }
 }
 
+/// A controller's context: the shared core (which it derefs to), and what that controller alone
+/// keeps (`state`), dropped with the controller.
+pub struct Context<S> {
+    core: Arc<Core>,
+    pub state: S,
+}
+
+impl<S> Context<S> {
+    pub fn new(core: Arc<Core>, state: S) -> Self {
+        Context { core, state }
+    }
+}
+
+impl<S> std::ops::Deref for Context<S> {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl<S: Send + Sync + 'static> ControllerContext for Context<S> {
+    fn core(&self) -> &Core {
+        &self.core
+    }
+}
+
 /// Runs `controller` (its watches already attached) until `stop`: at most
 /// `max-concurrent-reconciles` passes at once, by kube's own limit (objects beyond it wait in
 /// kube's queue as small entries; a change of the setting restarts the reconcilers), each pass
@@ -63,7 +89,8 @@ pub async fn run_controller<K, C, E, F, Fut>(
 }
 
 /// After a failed pass: counted by category, told on the object as a Warning event whose reason
-/// is the category's, and retried as the category says (a permanent error waits for a change).
+/// is the category's (unless the category gets none, or the controller told it already), and
+/// retried as the category says.
 pub fn error_policy<K, C, E>(object: Arc<K>, error: &E, ctx: Arc<C>, name: &'static str) -> Action
 where
     K: Resource<DynamicType = ()> + Send + Sync + 'static,
@@ -72,13 +99,15 @@ where
 {
     let category = error.category();
     ctx.core().metrics.reconcile_error_categories.with_label_values(&[name, category.label()]).inc();
-    let message = with_causes(error);
-    let event_ctx = Arc::clone(&ctx);
-    tokio::spawn(async move {
-        let core = event_ctx.core();
-        core.event(object.as_ref(), true, category.reason(), message).await;
-    });
-    category.retry().map_or_else(Action::await_change, Action::requeue)
+    if let Some(reason) = category.reason().filter(|_| !error.announced()) {
+        let message = with_causes(error);
+        let event_ctx = Arc::clone(&ctx);
+        tokio::spawn(async move {
+            let core = event_ctx.core();
+            core.event(object.as_ref(), true, reason, message).await;
+        });
+    }
+    Action::requeue(category.retry())
 }
 
 /// An error with its causes, each after a colon.

@@ -41,14 +41,25 @@ pub enum Error {
     Api(#[from] kube::Error),
     #[error("the job cache: {0}")]
     JobCache(#[from] Stopped),
+    /// A run's job could not be created (told by a `JobCreateFailed` event).
+    #[error("creating {name}: {source}")]
+    CreateJob {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 impl Categorized for Error {
     fn category(&self) -> Category {
         match self {
-            Error::Api(e) => kube_category(e),
+            Error::Api(e) | Error::CreateJob { source: e, .. } => kube_category(e),
             Error::JobCache(_) => Category::Transient,
         }
+    }
+
+    fn announced(&self) -> bool {
+        matches!(self, Error::CreateJob { .. })
     }
 }
 
@@ -359,7 +370,7 @@ async fn create_child<C: CronKind>(
     jobs: &Api<C::Job>,
     name: &str,
     scheduled_at: i64,
-) -> Result<(), kube::Error> {
+) -> Result<(), Error> {
     let mut job = cron.job(name);
     let at = k8s_openapi::jiff::Timestamp::from_second(scheduled_at).unwrap_or_default();
     job.meta_mut().namespace = cron.namespace();
@@ -381,8 +392,9 @@ async fn create_child<C: CronKind>(
         // Deterministic names: this run was already started.
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
         Err(e) => {
-            ctx.event(cron, true, "JobCreateFailed", format!("creating {name}: {e}")).await;
-            Err(e)
+            let failed = Error::CreateJob { name: name.to_owned(), source: e };
+            ctx.event(cron, true, "JobCreateFailed", failed.to_string()).await;
+            Err(failed)
         }
     }
 }

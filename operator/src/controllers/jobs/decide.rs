@@ -7,7 +7,7 @@
 //! spends all its retries within a second).
 use std::time::Duration;
 
-use crate::core::backoff::Policy;
+use crate::core::backoff::{Failures, Policy};
 
 /// upstream's defaults, applied when the spec says 0.
 pub const DEFAULT_BACK_OFF_LIMIT: i32 = 6;
@@ -65,6 +65,17 @@ pub enum Step {
 }
 
 /// `created`, `now` and `last_failure` in seconds; `failures` = failed attempts so far.
+/// The failures in a row before this pass, and when the last was: what this manager remembers,
+/// else (after a restart) what the status says, due at once. A start time is written with the
+/// first failed attempt, and `retries` counts the attempts after it.
+pub fn failures_so_far(remembered: Option<Failures>, started: bool, retries: Option<i32>) -> (u32, Option<i64>) {
+    match remembered {
+        Some(failures) => (failures.count, Some(failures.last)),
+        None if started => (retries.and_then(|n| u32::try_from(n).ok()).unwrap_or(0).saturating_add(1), None),
+        None => (0, None),
+    }
+}
+
 pub fn next_step(limits: Limits, created: i64, now: i64, failures: u32, last_failure: Option<i64>) -> Step {
     if now > created.saturating_add(limits.retry_deadline_seconds) {
         return Step::GiveUp(GiveUp::Deadline { seconds: limits.retry_deadline_seconds, failures });
@@ -170,6 +181,21 @@ pub fn reclaimed_bytes(usages: &[(Option<i64>, Option<i64>)]) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn after_a_restart_the_failures_so_far_come_from_the_status() {
+        // Remembered: the count and when the last failure was.
+        assert_eq!(failures_so_far(Some(Failures { count: 3, last: 50 }), true, Some(9)), (3, Some(50)));
+        // Forgotten (a restart) with a start time: the first failure plus `retries`, due now.
+        assert_eq!(failures_so_far(None, true, Some(3)), (4, None));
+        assert_eq!(failures_so_far(None, true, None), (1, None));
+        // Never failed.
+        assert_eq!(failures_so_far(None, false, Some(3)), (0, None));
+        // A backOffLimit of 4 still holds across the restart: the next failure is the fifth.
+        let limits = Limits::from_spec(4, 0);
+        let (so_far, _) = failures_so_far(None, true, Some(3));
+        assert!(matches!(next_step(limits, 0, 10, so_far + 1, Some(10)), Step::GiveUp(_)));
+    }
 
     #[test]
     fn zero_means_upstreams_defaults() {

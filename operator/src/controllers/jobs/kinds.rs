@@ -73,9 +73,9 @@ impl JobKind for ReclaimSpaceJob {
         let mut usages = Vec::new();
         for call in plan {
             let (connection, method, side) = match &call {
-                ReclaimCall::Node(_) => (node.clone(), "ReclaimSpace/NodeReclaimSpace", "make node request"),
+                ReclaimCall::Node(_) => (node.clone(), "ReclaimSpace/NodeReclaimSpace", "make node request to"),
                 ReclaimCall::Controller => {
-                    (leader.clone(), "ReclaimSpace/ControllerReclaimSpace", "make controller request")
+                    (leader.clone(), "ReclaimSpace/ControllerReclaimSpace", "make controller request to")
                 }
             };
             // The plan only names sides whose connection was found.
@@ -158,7 +158,7 @@ impl JobKind for EncryptionKeyRotationJob {
                 message: status.message().to_owned(),
             }),
             Err(status) => Err(AttemptError::Call {
-                what: "rotate the key",
+                what: "rotate the key through",
                 sidecar: connection.key(),
                 code: status.code(),
                 message: status.message().to_owned(),

@@ -7,7 +7,6 @@ pub mod decide;
 pub mod kinds;
 
 use std::collections::{HashMap, HashSet};
-use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,7 +28,7 @@ use crate::core::backoff::{Backoff, prune_periodically};
 use crate::core::clock::now_seconds;
 use crate::core::lock::locked;
 use crate::core::read::read_cached;
-use crate::core::run::ControllerContext;
+use crate::core::run::Context;
 use crate::core::status::{condition, set_condition};
 use crate::pool::LookupError;
 
@@ -84,7 +83,8 @@ pub enum AttemptError {
     NotAttached(String),
     #[error(transparent)]
     NoSidecar(#[from] LookupError),
-    #[error("Failed to {what} through {sidecar}: {code:?}: {message}")]
+    #[error("Failed to {what} {sidecar}: {code:?}: {message}")]
+    /// `what` ends with its preposition: "make node request to", "rotate the key through".
     Call { what: &'static str, sidecar: String, code: tonic::Code, message: String },
     #[error("driver {driver} does not implement EncryptionKeyRotate ({message}); the key was not rotated")]
     RotationUnimplemented { driver: String, message: String },
@@ -106,8 +106,10 @@ pub enum Outcome {
 
 /// The job controller's context: the core, where volumes are attached, and what it remembers of
 /// jobs without a written result (dropped when a job finishes or goes).
-pub struct JobContext {
-    core: Arc<Core>,
+pub type JobContext = Context<JobState>;
+
+/// What the job controllers alone keep.
+pub struct JobState {
     attachments: Arc<Attachments>,
     /// Failed attempts of jobs without a result yet. In memory only: after a restart a job
     /// retries at once (its status says how many failed), then backs off again.
@@ -119,19 +121,6 @@ pub struct JobContext {
     /// UID → the outcome and the attempts made in all, written on the next pass instead of
     /// running the operation again.
     unrecorded: Mutex<HashMap<String, (Outcome, u32)>>,
-}
-
-impl Deref for JobContext {
-    type Target = Core;
-    fn deref(&self) -> &Core {
-        &self.core
-    }
-}
-
-impl ControllerContext for JobContext {
-    fn core(&self) -> &Core {
-        &self.core
-    }
 }
 
 /// A one-shot job kind.
@@ -188,26 +177,26 @@ pub async fn run<K: JobKind>(
         job.keep_only_outcome();
     });
     core.caches.follow(K::CONTROLLER, ready);
-    let ctx = Arc::new(JobContext {
-        core,
+    let state = JobState {
         attachments,
         failures: Backoff::default(),
         finished: Mutex::default(),
         unrecorded: Mutex::default(),
-    });
+    };
+    let ctx = Arc::new(Context::new(core, state));
     // Jobs deleted before they finished (pruned, replaced, garbage-collected) are forgotten.
     prune_periodically(Arc::downgrade(&ctx), store.clone(), |ctx: &JobContext, live| {
-        ctx.failures.retain(live);
-        locked(&ctx.finished).retain(|uid| live.contains(uid));
-        locked(&ctx.unrecorded).retain(|uid, _| live.contains(uid));
+        ctx.state.failures.retain(live);
+        locked(&ctx.state.finished).retain(|uid| live.contains(uid));
+        locked(&ctx.state.unrecorded).retain(|uid, _| live.contains(uid));
     });
     let controller = Controller::for_stream(changes, store);
     crate::core::run::run_controller(controller, ctx, K::CONTROLLER, stop, reconcile::<K>).await;
 }
 
 fn forget(ctx: &JobContext, uid: &str) {
-    ctx.failures.forget(uid);
-    locked(&ctx.unrecorded).remove(uid);
+    ctx.state.failures.forget(uid);
+    locked(&ctx.state.unrecorded).remove(uid);
 }
 
 pub(crate) async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<JobContext>) -> Result<Action, kube::Error> {
@@ -215,17 +204,17 @@ pub(crate) async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<JobContext>) -> 
     let status = status_of(job.as_ref());
     if job.meta().deletion_timestamp.is_some() || status.result.is_some() {
         forget(&ctx, &uid);
-        locked(&ctx.finished).remove(&uid);
+        locked(&ctx.state.finished).remove(&uid);
         return Ok(Action::await_change());
     }
     // Finished by us, and this copy predates the result: never run the operation again.
-    if locked(&ctx.finished).contains(&uid) {
+    if locked(&ctx.state.finished).contains(&uid) {
         return Ok(Action::await_change());
     }
     let now = now_seconds();
     let start = status.start_time.as_ref().map_or(now, |t| t.0.as_second());
     // Run, but its result never written: write it now rather than run the operation twice.
-    let unrecorded = locked(&ctx.unrecorded).get(&uid).cloned();
+    let unrecorded = locked(&ctx.state.unrecorded).get(&uid).cloned();
     if let Some((outcome, attempts)) = unrecorded {
         return Box::pin(finish(&ctx, job.as_ref(), &status, (start, attempts), outcome)).await;
     }
@@ -236,15 +225,8 @@ pub(crate) async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<JobContext>) -> 
     }
     let limits = job.limits();
     let created = job.meta().creation_timestamp.as_ref().map_or(now, |t| t.0.as_second());
-    let (failures, last_failure) = match ctx.failures.get(&uid) {
-        Some(failures) => (failures.count, Some(failures.last)),
-        // After a restart: the count from status, and retry now. A start time is written with
-        // the first failed attempt, and `retries` counts the attempts after it.
-        None if status.start_time.is_some() => {
-            (status.retries.and_then(|n| u32::try_from(n).ok()).unwrap_or(0).saturating_add(1), None)
-        }
-        None => (0, None),
-    };
+    let (failures, last_failure) =
+        decide::failures_so_far(ctx.state.failures.get(&uid), status.start_time.is_some(), status.retries);
     match next_step(limits, created, now, failures, last_failure) {
         Step::GiveUp(limit) => {
             // The reason of the last failed attempt, which the status holds, says what to fix.
@@ -281,8 +263,11 @@ pub(crate) async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<JobContext>) -> 
         }
         Err(failed) => failed.to_string(),
     };
+    // Failures in a row: this one and those before it, which after a restart only the status
+    // knows; so the limit and the growing delay carry on where they were.
     let now = now_seconds();
-    let failures = ctx.failures.failed(&uid, now);
+    let failures = attempts;
+    ctx.state.failures.set(&uid, failures, now);
     match next_step(limits, created, now, failures, Some(now)) {
         Step::GiveUp(limit) => {
             let outcome = Outcome::Failed(format!("{limit}; last error: {failed}"));
@@ -349,14 +334,14 @@ async fn finish<K: JobKind>(
         body["reclaimedSpace"] = json!(bytes.to_string());
     }
     if let Err(e) = ctx.apply_status(job, body).await {
-        locked(&ctx.unrecorded).insert(uid, (outcome, attempts));
+        locked(&ctx.state.unrecorded).insert(uid, (outcome, attempts));
         return Err(e);
     }
     if let Some(bytes) = reclaimed {
         ctx.metrics.reclaimed_bytes.inc_by(bytes.unsigned_abs());
     }
     forget(ctx, &uid);
-    locked(&ctx.finished).insert(uid);
+    locked(&ctx.state.finished).insert(uid);
     let (label, warning) = match result {
         OperationResult::Succeeded => ("Succeeded", false),
         OperationResult::Failed => ("Failed", true),
@@ -404,6 +389,7 @@ async fn volume<K: JobKind>(ctx: &JobContext, job: &K) -> Result<Volume, Attempt
         csi.driver
     };
     let attached_to = ctx
+        .state
         .attachments
         .node_of(&pv_name)
         .await

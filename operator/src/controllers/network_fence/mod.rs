@@ -25,8 +25,7 @@ use self::decide::{
 };
 use crate::controllers::network_fence_class::decide::{ClassParameterError, ClassParameters, class_parameters};
 use crate::core::Core;
-use crate::core::backoff::{Policy, Retrying};
-use crate::core::clock::now_seconds;
+use crate::core::backoff::Retrying;
 use crate::core::status::{condition, set_condition};
 use crate::pool::{Connection, LookupError};
 use crate::sidecar_client::with_timeout;
@@ -42,7 +41,7 @@ pub async fn run(core: Arc<Core>, stop: impl Future<Output = ()> + Send + Sync +
     let fences = Api::<NetworkFence>::all(core.client.clone());
     let (store, ready, changes) = crate::core::watch::spec_watch(fences, spec_or_annotations);
     core.caches.follow(NAME, ready);
-    let ctx = Retrying::new(core, &store);
+    let ctx = Retrying::retrying(core, &store);
     crate::core::run::run_controller(Controller::for_stream(changes, store), ctx, NAME, stop, reconcile).await;
 }
 
@@ -105,14 +104,6 @@ impl Blocked {
 }
 
 /// The wait before `fence` is tried again, one failure more.
-fn retry(ctx: &Retrying, fence: &NetworkFence) -> Duration {
-    ctx.backoff.next_delay(&fence.uid().unwrap_or_default(), Policy::STANDARD, now_seconds())
-}
-
-fn forget(ctx: &Retrying, fence: &NetworkFence) {
-    ctx.backoff.forget(&fence.uid().unwrap_or_default());
-}
-
 pub(crate) async fn reconcile(fence: Arc<NetworkFence>, ctx: Arc<Retrying>) -> Result<Action, kube::Error> {
     if fence.metadata.deletion_timestamp.is_some() {
         return delete(&ctx, &fence).await;
@@ -126,7 +117,7 @@ pub(crate) async fn reconcile(fence: Arc<NetworkFence>, ctx: Arc<Retrying>) -> R
     let target = match target(&ctx, &fence).await {
         Ok(target) => target,
         Err(blocked) => {
-            let retry = Some(retry(&ctx, &fence));
+            let retry = Some(ctx.retry(fence.as_ref()));
             return fail(&ctx, &fence, blocked.reason(false), blocked.to_string(), retry).await;
         }
     };
@@ -141,7 +132,7 @@ pub(crate) async fn reconcile(fence: Arc<NetworkFence>, ctx: Arc<Retrying>) -> R
     let leader = match leader(&ctx, &target.driver).await {
         Ok(leader) => leader,
         Err(blocked) => {
-            let retry = Some(retry(&ctx, &fence));
+            let retry = Some(ctx.retry(fence.as_ref()));
             return fail(&ctx, &fence, blocked.reason(false), blocked.to_string(), retry).await;
         }
     };
@@ -152,7 +143,7 @@ pub(crate) async fn reconcile(fence: Arc<NetworkFence>, ctx: Arc<Retrying>) -> R
     let generation = fence.metadata.generation;
     match answer {
         Ok(()) => {
-            forget(&ctx, &fence);
+            ctx.forget(fence.as_ref());
             let (applied, reason, message) = match state {
                 FenceState::Fenced => (true, "Fenced", FENCE_SUCCEEDED),
                 FenceState::Unfenced => (false, "Unfenced", UNFENCE_SUCCEEDED),
@@ -166,7 +157,7 @@ pub(crate) async fn reconcile(fence: Arc<NetworkFence>, ctx: Arc<Retrying>) -> R
         Err(failed) => {
             let reason = failed.reason(state == FenceState::Unfenced);
             let message = failed.to_string();
-            let delay = retry(&ctx, &fence);
+            let delay = ctx.retry(fence.as_ref());
             // A failed call may have done part of its work: the state at the driver is unknown.
             let mut unknown = condition(APPLIED_CONDITION, false, reason, &message, generation);
             unknown.status = "Unknown".into();
@@ -189,12 +180,12 @@ async fn delete(ctx: &Retrying, fence: &NetworkFence) -> Result<Action, kube::Er
             fence.spec.cidrs.join(", ")
         );
         ctx.event(fence, true, "DeletedWithoutUnfence", note).await;
-        forget(ctx, fence);
+        ctx.forget(fence);
         crate::core::patch::set_finalizer(ctx, fence, FINALIZER, false).await?;
         return Ok(Action::await_change());
     }
     if !decide::maybe_applied(fence) {
-        forget(ctx, fence);
+        ctx.forget(fence);
         crate::core::patch::set_finalizer(ctx, fence, FINALIZER, false).await?;
         return Ok(Action::await_change());
     }
@@ -217,7 +208,7 @@ async fn delete(ctx: &Retrying, fence: &NetworkFence) -> Result<Action, kube::Er
                 leader.key()
             );
             ctx.event(fence, false, "Unfenced", note).await;
-            forget(ctx, fence);
+            ctx.forget(fence);
             crate::core::patch::set_finalizer(ctx, fence, FINALIZER, false).await?;
             Ok(Action::await_change())
         }
@@ -227,7 +218,7 @@ async fn delete(ctx: &Retrying, fence: &NetworkFence) -> Result<Action, kube::Er
             let message = format!(
                 "waiting to unfence before deletion: {why} (to delete without unfencing, annotate it {DELETE_WITHOUT_UNFENCE}=true)"
             );
-            let delay = retry(ctx, fence);
+            let delay = ctx.retry(fence);
             let conditions =
                 with_condition(fence, condition(DELETION_CONDITION, true, reason, &message, fence.metadata.generation));
             let status = fence.status.as_ref();

@@ -7,7 +7,6 @@ pub mod decide;
 pub mod fence_clients;
 pub mod roster;
 
-use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,7 +27,7 @@ use crate::core::Core;
 use crate::core::backoff::Backoff;
 use crate::core::clock::now_seconds;
 use crate::core::error::{Categorized, Category, kube_category};
-use crate::core::run::ControllerContext;
+use crate::core::run::Context;
 use crate::pool::{Connection, ResolveError, Target, pool_key, resolve};
 use crate::sidecar_client::{ClientError, SidecarChannel, with_timeout};
 
@@ -40,25 +39,14 @@ pub const RETRYING: &str = "Retrying";
 pub const FAILED: &str = "Failed";
 
 /// The controller's context: the core, the backoff of connection attempts, and the roster.
-pub struct NodeContext {
-    core: Arc<Core>,
+pub type NodeContext = Context<NodeState>;
+
+/// What the CSIAddonsNode controller alone keeps.
+pub struct NodeState {
     /// Attempts in a row that failed: our own status write triggers a pass at once, which must
     /// not cut the wait short.
     retry: Backoff,
     roster: Roster,
-}
-
-impl Deref for NodeContext {
-    type Target = Core;
-    fn deref(&self) -> &Core {
-        &self.core
-    }
-}
-
-impl ControllerContext for NodeContext {
-    fn core(&self) -> &Core {
-        &self.core
-    }
 }
 
 /// Why a pass could not finish.
@@ -76,8 +64,14 @@ impl Categorized for Error {
         match self {
             Error::Api(e) => kube_category(e),
             Error::FenceClients(FenceClientsError::InvalidClass { .. }) => Category::Permanent,
+            Error::FenceClients(FenceClientsError::ReadClass { source, .. }) => kube_category(source),
             Error::FenceClients(_) => Category::Transient,
         }
+    }
+
+    /// A failure of the fence clients has its own event (`FenceClientsFailed`).
+    fn announced(&self) -> bool {
+        matches!(self, Error::FenceClients(_))
     }
 }
 
@@ -86,7 +80,8 @@ impl Categorized for Error {
 enum ConnectError {
     #[error(transparent)]
     Resolve(#[from] ResolveError),
-    #[error("dialling {address}: {source}")]
+    /// The client's own words (they name the address).
+    #[error("{source}")]
     Dial {
         address: String,
         #[source]
@@ -118,12 +113,12 @@ pub async fn run(
 ) {
     core.caches.follow(NAME, roster.ready.clone());
     let controller = Controller::for_stream(changes, roster.store.clone());
-    let ctx = Arc::new(NodeContext { core, retry: Backoff::default(), roster });
+    let ctx = Arc::new(Context::new(core, NodeState { retry: Backoff::default(), roster }));
     let prune = |ctx: &NodeContext, live: &std::collections::HashSet<String>| {
-        ctx.retry.retain(live);
-        crate::core::lock::locked(&ctx.roster.failed).retain(|uid| live.contains(uid));
+        ctx.state.retry.retain(live);
+        crate::core::lock::locked(&ctx.state.roster.failed).retain(|uid| live.contains(uid));
     };
-    crate::core::backoff::prune_periodically(Arc::downgrade(&ctx), ctx.roster.store.clone(), prune);
+    crate::core::backoff::prune_periodically(Arc::downgrade(&ctx), ctx.state.roster.store.clone(), prune);
     crate::core::run::run_controller(controller, ctx, NAME, stop, reconcile).await;
 }
 
@@ -141,7 +136,7 @@ pub(crate) async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<NodeContext>) -
             }
             let status = NodeStatus { state: FAILED, message: &message, retries: None, capabilities: None };
             write_state(&ctx, &node, status, None).await?;
-            ctx.roster.set_failed(&uid, true);
+            ctx.state.roster.set_failed(&uid, true);
             publish_connections(&ctx);
             ctx.event(node.as_ref(), true, "InvalidSpec", message).await;
             return Ok(Action::await_change());
@@ -150,15 +145,15 @@ pub(crate) async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<NodeContext>) -
     let key = pool_key(&namespace, &sidecar_pod(&node, &target));
     if node.metadata.deletion_timestamp.is_some() {
         ctx.pool.remove_node(&namespace, &name);
-        ctx.retry.forget(&uid);
-        ctx.roster.set_failed(&uid, false);
+        ctx.state.retry.forget(&uid);
+        ctx.state.roster.set_failed(&uid, false);
         crate::core::patch::set_finalizer(&ctx, node.as_ref(), CSIADDONSNODE_FINALIZER, false).await?;
         publish_connections(&ctx);
         return Ok(Action::await_change());
     }
     // A retry that is not due yet (this pass came from our own status write).
     let policy = retry_policy(ctx.settings().csi_addons_node_retry_delay);
-    if let Some(wait) = ctx.retry.wait(&uid, policy, now_seconds()) {
+    if let Some(wait) = ctx.state.retry.wait(&uid, policy, now_seconds()) {
         return Ok(Action::requeue(wait));
     }
     crate::core::patch::set_finalizer(&ctx, node.as_ref(), CSIADDONSNODE_FINALIZER, true).await?;
@@ -167,8 +162,8 @@ pub(crate) async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<NodeContext>) -
         Ok(connection) => {
             let was = node.status.as_ref().and_then(|s| s.state.clone());
             let capabilities = connection.capabilities.clone();
-            ctx.retry.forget(&uid);
-            ctx.roster.set_failed(&uid, false);
+            ctx.state.retry.forget(&uid);
+            ctx.state.roster.set_failed(&uid, false);
             let newly = !ctx.pool.holds_node(&namespace, &name);
             // Pooled before the fence clients are asked for: a failure there leaks nothing
             // (upstream's manager loses the connection it dialled).
@@ -176,7 +171,7 @@ pub(crate) async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<NodeContext>) -
             publish_connections(&ctx);
             if newly {
                 // The PVC controller stops with the other reconcilers: a send can only fail then.
-                let _ = ctx.roster.connected.send(connection.driver.clone());
+                let _ = ctx.state.roster.connected.send(connection.driver.clone());
             }
             let clients = fence_clients::list(&ctx, &node, &connection).await;
             let message = "Successfully established connection with sidecar";
@@ -199,7 +194,7 @@ pub(crate) async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<NodeContext>) -
                     let why = crate::core::run::with_causes(&why);
                     let message = format!("Connection failed: {why}. Retrying attempt {attempt}/{MAX_RETRIES}.");
                     tracing::info!(node = %format!("{namespace}/{name}"), %message);
-                    ctx.retry.set(&uid, attempt, now_seconds());
+                    ctx.state.retry.set(&uid, attempt, now_seconds());
                     publish_connections(&ctx);
                     let status =
                         NodeStatus { state: RETRYING, message: &message, retries: Some(attempt), capabilities: None };
@@ -214,7 +209,7 @@ pub(crate) async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<NodeContext>) -
                     );
                     ctx.event(node.as_ref(), true, "ConnectionFailed", message).await;
                     ctx.pool.remove_node(&namespace, &name);
-                    ctx.retry.forget(&uid);
+                    ctx.state.retry.forget(&uid);
                     let api = Api::<CSIAddonsNode>::namespaced(ctx.client.clone(), &namespace);
                     match api.delete(&name, &Default::default()).await {
                         Ok(_) => {}
@@ -320,6 +315,6 @@ fn publish_connections(ctx: &NodeContext) {
     let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     let gauge = &ctx.metrics.sidecar_connections;
     gauge.with_label_values(&["connected"]).set(count(ctx.pool.len()));
-    gauge.with_label_values(&["retrying"]).set(count(ctx.retry.len()));
-    gauge.with_label_values(&["failed"]).set(count(ctx.roster.failed_count()));
+    gauge.with_label_values(&["retrying"]).set(count(ctx.state.retry.len()));
+    gauge.with_label_values(&["failed"]).set(count(ctx.state.roster.failed_count()));
 }

@@ -1,13 +1,13 @@
 //! VolumeGroupReplication: the PVCs its selector picks form a group; a
 //! VolumeGroupReplicationContent asks the driver for the group, and a VolumeReplication of the
 //! group replicates it. fetch (class, member PVCs, content, VolumeReplication) → validate (count,
-//! ownership, handles) → decide (`membership`) → act (mark members, create or update content and
-//! VolumeReplication) → status (the VolumeReplication's, plus the members). Unlike upstream:
-//! label-only PVC changes add and remove members (upstream's PVC watch sees generation changes
-//! only), the limit's message prints a number, a PVC of a VolumeReplication is refused whichever
-//! came first, an error of the content shows in the status and as a Warning event (upstream's
-//! group says nothing), and the reconciler honours `max-concurrent-reconciles` (upstream runs one
-//! worker).
+//! ownership, handles) → decide (`decide`: members, their limit, the children's names) → act (mark
+//! members, create or update content and VolumeReplication) → status (the VolumeReplication's, plus
+//! the members). Unlike upstream: label-only PVC changes add and remove members (upstream's PVC
+//! watch sees generation changes only), the limit's message prints a number, a PVC of a
+//! VolumeReplication is refused whichever came first, an error of the content shows in the status
+//! and as a Warning event (upstream's group says nothing), and the reconciler honours
+//! `max-concurrent-reconciles` (upstream runs one worker).
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,8 +35,7 @@ use crate::controllers::replication::{
 use crate::controllers::replication_class::{self, ClassError};
 use crate::controllers::volume_replication::source::{SourceError, csi_handle};
 use crate::core::Core;
-use crate::core::backoff::{Policy, Retrying};
-use crate::core::clock::now_seconds;
+use crate::core::backoff::Retrying;
 use crate::core::patch::patch_merge;
 use crate::core::status::set_condition;
 
@@ -52,7 +51,7 @@ pub async fn run(core: Arc<Core>, stop: impl Future<Output = ()> + Send + Sync +
     let watched = core.watched::<VolumeGroupReplication>();
     let (store, ready, changes) = crate::core::watch::spec_watch(watched, crate::core::watch::generation_or_deletion);
     core.caches.follow(NAME, ready);
-    let ctx = Retrying::new(core, &store);
+    let ctx = Retrying::retrying(core, &store);
     let groups = store.clone();
     // Every PVC change, labels included, and deletions: metadata only, nothing cached.
     let pvcs = watcher(ctx.watched::<PartialObjectMeta<PersistentVolumeClaim>>(), crate::core::watch::list_config())
@@ -145,19 +144,14 @@ pub(crate) async fn reconcile(vgr: Arc<VolumeGroupReplication>, ctx: Arc<Retryin
     if vgr.metadata.deletion_timestamp.is_some() {
         return delete(&ctx, &vgr).await;
     }
-    let uid = vgr.uid().unwrap_or_default();
     match build(&ctx, &vgr).await {
         Ok(action) => {
-            ctx.backoff.forget(&uid);
+            ctx.forget(vgr.as_ref());
             Ok(action)
         }
         Err(problem) => {
             fail(&ctx, &vgr, &problem.to_string()).await?;
-            Ok(if problem.transient() {
-                Action::requeue(ctx.backoff.next_delay(&uid, Policy::STANDARD, now_seconds()))
-            } else {
-                Action::await_change()
-            })
+            Ok(if problem.transient() { Action::requeue(ctx.retry(vgr.as_ref())) } else { Action::await_change() })
         }
     }
 }
@@ -412,6 +406,6 @@ async fn delete(ctx: &Retrying, vgr: &VolumeGroupReplication) -> Result<Action, 
         mark_member(ctx, pvc, &name, false).await?;
     }
     crate::core::patch::set_finalizer(ctx, vgr, VGR_FINALIZER, false).await?;
-    ctx.backoff.forget(&vgr.uid().unwrap_or_default());
+    ctx.forget(vgr);
     Ok(Action::await_change())
 }

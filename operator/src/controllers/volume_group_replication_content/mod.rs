@@ -19,8 +19,7 @@ use crate::compact::CsiPv;
 use crate::controllers::replication::{CONTENT_NAME, DESTINATION_INFO, VGR_FINALIZER, VOLUME_GROUP};
 use crate::controllers::replication_class::{self, ClassError};
 use crate::core::Core;
-use crate::core::backoff::{Policy, Retrying};
-use crate::core::clock::now_seconds;
+use crate::core::backoff::Retrying;
 use crate::core::error::{Categorized, Category, kube_category};
 use crate::core::patch::patch_merge;
 use crate::pool::{Connection, LookupError};
@@ -35,7 +34,7 @@ pub async fn run(core: Arc<Core>, stop: impl Future<Output = ()> + Send + Sync +
     let contents = Api::<VolumeGroupReplicationContent>::all(core.client.clone());
     let (store, ready, changes) = crate::core::watch::spec_watch(contents, crate::core::watch::generation_or_deletion);
     core.caches.follow(NAME, ready);
-    let ctx = Retrying::new(core, &store);
+    let ctx = Retrying::retrying(core, &store);
     crate::core::run::run_controller(Controller::for_stream(changes, store), ctx, NAME, stop, reconcile).await;
 }
 
@@ -187,9 +186,9 @@ pub(crate) async fn reconcile(
     ctx.apply_status(content.as_ref(), status).await?;
     if !settled {
         // Replication may not have started yet: asked again, less and less often.
-        return Ok(Action::requeue(retry(&ctx, &content)));
+        return Ok(Action::requeue(ctx.retry(content.as_ref())));
     }
-    ctx.backoff.forget(&content.uid().unwrap_or_default());
+    ctx.forget(content.as_ref());
     Ok(Action::await_change())
 }
 
@@ -221,11 +220,6 @@ async fn destination(ctx: &Core, group: &Group, id: String) -> GroupDestination 
             GroupDestination::Unknown
         }
     }
-}
-
-/// The wait before `content` is tried again, one failure more.
-fn retry(ctx: &Retrying, content: &VolumeGroupReplicationContent) -> std::time::Duration {
-    ctx.backoff.next_delay(&content.uid().unwrap_or_default(), Policy::STANDARD, now_seconds())
 }
 
 /// The leader of the content's driver, and the class's parameters and group secret.
@@ -269,5 +263,5 @@ async fn not_ready(
     status["conditions"] = json!(conditions);
     ctx.apply_status(content, status).await?;
     ctx.event(content, true, reason, message).await;
-    Ok(Action::requeue(retry(ctx, content)))
+    Ok(Action::requeue(ctx.retry(content)))
 }

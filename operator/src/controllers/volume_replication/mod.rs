@@ -27,8 +27,7 @@ use crate::controllers::replication::{
 };
 use crate::controllers::replication_class::{self, ClassError};
 use crate::core::Core;
-use crate::core::backoff::{Policy, Retrying};
-use crate::core::clock::now_seconds;
+use crate::core::backoff::Retrying;
 use crate::core::status::set_condition;
 use crate::pool::Connection;
 use crate::pool::LookupError;
@@ -46,7 +45,7 @@ pub async fn run(core: Arc<Core>, stop: impl Future<Output = ()> + Send + Sync +
     let watched = core.watched::<VolumeReplication>();
     let (store, ready, changes) = crate::core::watch::spec_watch(watched, crate::core::watch::generation_or_deletion);
     core.caches.follow(NAME, ready);
-    let ctx = Retrying::new(core, &store);
+    let ctx = Retrying::retrying(core, &store);
     crate::core::run::run_controller(Controller::for_stream(changes, store), ctx, NAME, stop, reconcile).await;
 }
 
@@ -162,7 +161,7 @@ async fn fetch(ctx: &Core, vr: &VolumeReplication) -> Result<Volume, Problem> {
 /// Undoes the claim on the source and drops the VolumeReplication's finalizer.
 async fn release(ctx: &Retrying, vr: &VolumeReplication, source: Option<&Source>) -> Result<(), kube::Error> {
     source::release(ctx, vr, source).await?;
-    ctx.backoff.forget(&vr.uid().unwrap_or_default());
+    ctx.forget(vr);
     crate::core::patch::set_finalizer(ctx, vr, VR_FINALIZER, false).await?;
     Ok(())
 }
@@ -304,14 +303,11 @@ async fn act(ctx: &Retrying, vr: &VolumeReplication, volume: &Volume) -> Result<
         let reason = conditions.iter().find(|c| c.type_ == "Completed").map_or("Error", |c| c.reason.as_str());
         ctx.event(vr, true, reason, format!("{subject} {}: {}: {}", vr.name_any(), failure.0, failure.1)).await;
         // As upstream: a volume that is secondary already is looked at again soon.
-        let delay = if previous.state == Some(ObservedReplicationState::Secondary) {
-            SECONDARY_RECHECK
-        } else {
-            retry(ctx, vr)
-        };
+        let delay =
+            if previous.state == Some(ObservedReplicationState::Secondary) { SECONDARY_RECHECK } else { ctx.retry(vr) };
         return Ok(Action::requeue(delay));
     }
-    ctx.backoff.forget(&vr.uid().unwrap_or_default());
+    ctx.forget(vr);
     let first_secondary =
         desired == ReplicationState::Secondary && previous.state != Some(ObservedReplicationState::Secondary);
     conditions = match desired {
@@ -411,7 +407,7 @@ async fn info(
 
 /// `GetReplicationDestinationInfo` into destinationVolumeID, where the leader offers it, until it
 /// is known (as upstream, a known destination is not asked for again). A group's destination is
-/// its content's (`group_content`).
+/// its content's (`volume_group_replication_content`).
 async fn destination(
     ctx: &Core,
     vr: &VolumeReplication,
@@ -487,10 +483,5 @@ async fn fail(ctx: &Retrying, vr: &VolumeReplication, problem: Problem) -> Resul
     if new_message {
         ctx.event(vr, true, problem.reason(), message).await;
     }
-    Ok(if problem.retry() { Action::requeue(retry(ctx, vr)) } else { Action::await_change() })
-}
-
-/// The wait before `vr` is tried again, one failure more.
-fn retry(ctx: &Retrying, vr: &VolumeReplication) -> Duration {
-    ctx.backoff.next_delay(&vr.uid().unwrap_or_default(), Policy::STANDARD, now_seconds())
+    Ok(if problem.retry() { Action::requeue(ctx.retry(vr)) } else { Action::await_change() })
 }
