@@ -1,8 +1,10 @@
 //! The fault suite (`make test-faults`, ignored by `make test`: it restarts the shared API server).
 //! Each fault strikes while a batch of ReclaimSpaceJobs is in flight through our manager, sidecar
 //! and the reference driver: kill -9 the manager and start it again; kill -9 the sidecar and start
-//! it again; kill -9 the driver and start it again; kill -9 kube-apiserver and start it again; two
-//! managers electing a leader, the leader killed. Afterwards every job must have ended Succeeded
+//! it again; kill -9 the driver and start it again; kill -9 kube-apiserver and start it again; the
+//! same while the manager is paused, half of the jobs created meanwhile (its watches must list
+//! again, and the jobs new in that list must run); two managers electing a leader, the leader
+//! killed. Afterwards every job must have ended Succeeded
 //! or Failed with a message (none stuck), and no job may claim success without a driver call.
 //! Driver calls are counted per volume: a second call for one job is a duplicate, reported with
 //! its cause (ReclaimSpace is idempotent; a call whose result was not yet written when the
@@ -38,6 +40,10 @@ enum Fault {
     KillSidecar,
     KillDriver,
     RestartApiServer,
+    /// kube-apiserver restarted while the manager is stopped (SIGSTOP), half of the batch created
+    /// before it continues: the restarted server no longer has the manager's resource versions,
+    /// so its watches list everything again, and the jobs in that list it has never seen must run.
+    RestartApiServerWhilePaused,
     LeaderFailover,
 }
 
@@ -48,6 +54,7 @@ impl Fault {
             Fault::KillSidecar => "kill -9 sidecar, restart",
             Fault::KillDriver => "kill -9 driver, restart",
             Fault::RestartApiServer => "kill -9 kube-apiserver, restart",
+            Fault::RestartApiServerWhilePaused => "kube-apiserver restart, new jobs",
             Fault::LeaderFailover => "leader failover (kill -9 leader)",
         }
     }
@@ -153,6 +160,14 @@ impl Scene {
             }
             Fault::KillDriver => self.driver.driver.kill_and_restart(),
             Fault::RestartApiServer => testenv::shared().kill_and_restart_apiserver().await.unwrap(),
+            Fault::RestartApiServerWhilePaused => {
+                let manager = self.managers[0].pid().to_string();
+                signal("-STOP", &manager);
+                testenv::shared().kill_and_restart_apiserver().await.unwrap();
+                let jobs = self.volumes.len();
+                rig::create_jobs(&self.client, &self.namespace, "fault", jobs / 2..jobs).await;
+                signal("-CONT", &manager);
+            }
             Fault::LeaderFailover => {
                 let before = self.leader().await;
                 self.managers.remove(0).kill();
@@ -165,15 +180,22 @@ impl Scene {
     }
 }
 
+fn signal(signal: &str, pid: &str) {
+    let sent = std::process::Command::new("kill").args([signal, pid]).status().unwrap();
+    assert!(sent.success(), "kill {signal} {pid}");
+}
+
 async fn run(fault: Fault) -> Result {
     let jobs = batch();
     let mut scene = Scene::new(fault, jobs).await;
-    rig::create_jobs(&scene.client, &scene.namespace, "fault", 0..jobs).await;
+    // The fault that pauses the manager creates the second half itself, while it is paused.
+    let first = if fault == Fault::RestartApiServerWhilePaused { jobs / 2 } else { jobs };
+    rig::create_jobs(&scene.client, &scene.namespace, "fault", 0..first).await;
     // Mid-batch: once the first job has a result, while the others run or wait.
     let in_flight = scene
         .until("the first job to finish", async |s| {
             let unfinished = rig::outcome(&s.client, &s.namespace).await.unfinished.len();
-            (unfinished < jobs).then_some(unfinished)
+            (unfinished < first).then_some(unfinished + jobs - first)
         })
         .await;
     let struck = Instant::now();
@@ -213,9 +235,14 @@ async fn run(fault: Fault) -> Result {
 #[ignore = "fault suite: make test-faults (restarts the shared API server)"]
 async fn faults_lose_no_job_and_leave_none_running() {
     let mut results = Vec::new();
-    for fault in
-        [Fault::KillManager, Fault::KillSidecar, Fault::KillDriver, Fault::RestartApiServer, Fault::LeaderFailover]
-    {
+    for fault in [
+        Fault::KillManager,
+        Fault::KillSidecar,
+        Fault::KillDriver,
+        Fault::RestartApiServer,
+        Fault::RestartApiServerWhilePaused,
+        Fault::LeaderFailover,
+    ] {
         let result = run(fault).await;
         println!(
             "{}: {} of {} in flight at the fault, {} succeeded, {} failed, {} stuck, {} lost, {} duplicate calls, {:.1} s",

@@ -1,6 +1,9 @@
 //! Every watch cache of the manager, and what a controller is driven by: objects listed and
 //! watched from the API server's cache in small pages, without managedFields and trimmed to what
 //! the controller reads, and the stream of changes that start passes.
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
@@ -61,7 +64,39 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let (store, ready, events) = cached_watch(api, trim);
-    (store, ready, events.applied_objects())
+    let changes = changed_objects(events, store.clone());
+    (store, ready, changes)
+}
+
+/// The objects a controller's passes start from, out of a cached watch's events (each already
+/// applied to `store`): every object the watch applies, and after each full list (the first, or
+/// one after the watch had to start over, as after a `410 Gone`) every object in the store.
+///
+/// kube's `applied_objects` passes the listed objects on one by one while the list is still
+/// coming in, before the store holds them: the store is swapped in whole once the list is
+/// complete. A controller looks each object up in its store when the pass starts, and one
+/// created since the previous list is not there yet: the pass is dropped as if the object had
+/// been deleted, and nothing starts another. Objects are passed on once the store has them.
+pub fn changed_objects<K>(
+    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    store: Store<K>,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+{
+    events.flat_map(move |event| {
+        let listed: Vec<Arc<K>> = match &event {
+            Ok(watcher::Event::InitDone) => store.state(),
+            _ => Vec::new(),
+        };
+        let applied = match event {
+            Ok(watcher::Event::Apply(object)) => Some(Ok(object)),
+            Err(e) => Some(Err(e)),
+            Ok(_) => None,
+        };
+        // Each listed object is copied only as the controller takes it.
+        futures::stream::iter(applied.into_iter().chain(listed.into_iter().map(|object| Ok(K::clone(&object)))))
+    })
 }
 
 /// Every watch cache of the manager: `api` listed and watched (`list_config`), each object
@@ -106,4 +141,53 @@ pub fn generation_or_deletion<K: Resource>(object: &K) -> Option<u64> {
     let meta = object.meta();
     let generation = meta.generation.map_or(0, i64::unsigned_abs);
     Some(generation.saturating_mul(2) + u64::from(meta.deletion_timestamp.is_some()))
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+    use kube::runtime::reflector::ObjectRef;
+    use kube::runtime::watcher::Event;
+
+    use super::*;
+
+    fn config_map(name: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta { name: Some(name.into()), namespace: Some("ns".into()), ..Default::default() },
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn listed_objects_are_passed_on_once_the_store_holds_them() {
+        let (store, writer) = reflector::store::<ConfigMap>();
+        // The first list (a), a watched change (b), then the watch starts over: the new list
+        // holds c and d, which the store has never seen.
+        let events = vec![
+            Event::Init,
+            Event::InitApply(config_map("a")),
+            Event::InitDone,
+            Event::Apply(config_map("b")),
+            Event::Init,
+            Event::InitApply(config_map("a")),
+            Event::InitApply(config_map("b")),
+            Event::InitApply(config_map("c")),
+            Event::InitApply(config_map("d")),
+            Event::InitDone,
+        ];
+        let events = futures::stream::iter(events.into_iter().map(Ok)).reflect(writer);
+        let passed: Vec<(String, bool)> = changed_objects(events, store.clone())
+            .map(|object| {
+                let object = object.expect("no error in the stream");
+                let held = store.get(&ObjectRef::from_obj(&object)).is_some();
+                (object.metadata.name.unwrap_or_default(), held)
+            })
+            .collect()
+            .await;
+        let mut names: Vec<&str> = passed.iter().map(|(name, _)| name.as_str()).collect();
+        assert!(passed.iter().all(|(_, held)| *held), "passed on before the store held it: {passed:?}");
+        names[2..].sort_unstable();
+        assert_eq!(names, ["a", "b", "a", "b", "c", "d"]);
+    }
 }

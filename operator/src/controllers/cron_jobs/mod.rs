@@ -207,22 +207,21 @@ pub fn watch<C: CronKind>(
         let state = meta.annotations.take().and_then(|mut annotations| annotations.remove(STATE));
         recorded.record(meta.uid.as_deref().unwrap_or_default(), state.as_deref() == Some(MANAGED));
     });
-    let changes = events
-        .inspect(move |event| {
-            if let Ok(watcher::Event::Delete(cron)) = event {
-                wakeups.forget(&cron.namespace().unwrap_or_default(), &cron.name_any());
-                managed.record(&cron.uid().unwrap_or_default(), false);
+    let events = events.inspect(move |event| {
+        if let Ok(watcher::Event::Delete(cron)) = event {
+            wakeups.forget(&cron.namespace().unwrap_or_default(), &cron.name_any());
+            managed.record(&cron.uid().unwrap_or_default(), false);
+        }
+        let (Ok(watcher::Event::Apply(cron)) | Ok(watcher::Event::Delete(cron))) = event else { return };
+        let namespace = cron.namespace().unwrap_or_default();
+        for owner in cron.owner_references().iter().filter(|o| o.controller == Some(true)) {
+            if owner.kind == "PersistentVolumeClaim" && owner.api_version == "v1" {
+                // The PVC controller stops only with the manager's reconcilers, as this watch does.
+                let _ = owners.send(ObjectRef::new(&owner.name).within(&namespace));
             }
-            let (Ok(watcher::Event::Apply(cron)) | Ok(watcher::Event::Delete(cron))) = event else { return };
-            let namespace = cron.namespace().unwrap_or_default();
-            for owner in cron.owner_references().iter().filter(|o| o.controller == Some(true)) {
-                if owner.kind == "PersistentVolumeClaim" && owner.api_version == "v1" {
-                    // The PVC controller stops only with the manager's reconcilers, as this watch does.
-                    let _ = owners.send(ObjectRef::new(&owner.name).within(&namespace));
-                }
-            }
-        })
-        .applied_objects();
+        }
+    });
+    let changes = crate::core::watch::changed_objects(events, store.clone());
     (store, ready, changes)
 }
 

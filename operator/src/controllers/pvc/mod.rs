@@ -150,7 +150,7 @@ pub async fn run(
         crate::core::watch::cached_watch(ctx.watched::<Claim>(), move |pvc| trim_pvc(pvc, &pvc_keys));
     // No predicate filter: it would keep a key of three strings and a hash for every PVC (some
     // 230 bytes); a pass for a change that matters nothing here reads only caches.
-    let pvc_stream = pvc_events.applied_objects();
+    let pvc_stream = crate::core::watch::changed_objects(pvc_events, pvcs.clone());
 
     let ns_keys = keys.clone();
     let namespace_api = Api::<PartialObjectMeta<Namespace>>::all(client.clone());
