@@ -35,21 +35,7 @@ fi
 
 if [ ! -x "$kube_dir/kube-apiserver" ] || [ ! -x "$kube_dir/kube-controller-manager" ] || [ ! -x "$kube_dir/kubectl" ]; then
   log "building Kubernetes $KUBERNETES_VERSION into $kube_dir (about 8 minutes on 2 cores, once)"
-  staging="v0.${KUBERNETES_VERSION#v1.}"
-  minor="${KUBERNETES_VERSION#v1.}"; minor="${minor%%.*}"
-  # The staging modules are nested modules absent from the k8s.io/kubernetes zip: replace each with
-  # its published tag, reading the list from the go.mod the proxy serves.
-  scratch=$(mktemp -d); trap 'rm -rf "$scratch"' EXIT
-  gomod=$(cd "$scratch" && go mod init local/x >/dev/null 2>&1 && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" \
-    | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-  GO_MOD_EDITS=()
-  for m in $(sed -n 's#^\s*\(k8s\.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$gomod"); do
-    GO_MOD_EDITS+=("-replace=$m=$m@$staging")
-  done
-  ldf="-s -w -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitMajor=1"
-  ldf="$ldf -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION"
-  ldf="$ldf -X k8s.io/component-base/version.gitTreeState=clean"
-  go_wrapper_build "$kube_dir" "k8s.io/kubernetes@$KUBERNETES_VERSION" "$ldf" \
+  kubernetes_build "$kube_dir" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
 fi
 

@@ -26,7 +26,7 @@ go_module_dir() {
 # go_wrapper_build OUTDIR MODULE@VERSION [LDFLAGS] PACKAGE...
 # Builds PACKAGEs from a throwaway wrapper module (`go install MOD@VER` is refused by the proxy here:
 # it asks for the version list). Extra `go mod edit` arguments come from GO_MOD_EDITS (an array),
-# build tags from GO_BUILD_TAGS.
+# build tags from GO_BUILD_TAGS. GO_CGO=1 builds with cgo (runc's seccomp needs libseccomp).
 go_wrapper_build() {
   local outdir=$1 modver=$2 ldflags=$3; shift 3
   local work
@@ -44,11 +44,33 @@ go_wrapper_build() {
     mkdir -p "$outdir.partial"
     for pkg in "$@"; do
       log "building $pkg ($modver)"
-      CGO_ENABLED=0 go build -mod=mod -trimpath -tags "${GO_BUILD_TAGS:-}" -ldflags "$ldflags" -o "$outdir.partial/$(basename "$pkg")" "$pkg"
+      CGO_ENABLED="${GO_CGO:-0}" go build -mod=mod -trimpath -tags "${GO_BUILD_TAGS:-}" -ldflags "$ldflags" -o "$outdir.partial/$(basename "$pkg")" "$pkg"
     done
   ) || { rm -rf "$outdir.partial"; return 1; }
   rm -rf "$outdir"
   mv "$outdir.partial" "$outdir"
+}
+
+# kubernetes_build OUTDIR PACKAGE...
+# Builds k8s.io/kubernetes commands at KUBERNETES_VERSION. The staging modules are nested modules
+# absent from the k8s.io/kubernetes zip: each is replaced with its published tag, the list read from
+# the go.mod the proxy serves. The version ldflags make the binaries report KUBERNETES_VERSION.
+kubernetes_build() {
+  local outdir=$1; shift
+  local staging="v0.${KUBERNETES_VERSION#v1.}" minor="${KUBERNETES_VERSION#v1.}" scratch gomod m ldf
+  minor="${minor%%.*}"
+  scratch=$(mktemp -d "${TMPDIR:-/tmp}/csi-addons-gomod.XXXXXX")
+  gomod=$(cd "$scratch" && go mod init local/x >/dev/null 2>&1 && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" \
+    | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  rm -rf "$scratch"
+  GO_MOD_EDITS=()
+  for m in $(sed -n 's#^\s*\(k8s\.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$gomod"); do
+    GO_MOD_EDITS+=("-replace=$m=$m@$staging")
+  done
+  ldf="-s -w -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitMajor=1"
+  ldf="$ldf -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION"
+  ldf="$ldf -X k8s.io/component-base/version.gitTreeState=clean"
+  go_wrapper_build "$outdir" "k8s.io/kubernetes@$KUBERNETES_VERSION" "$ldf" "$@"
 }
 
 # cached_go_tool NAME VERSION MODULE PACKAGE ABOUT [LDFLAGS]
