@@ -69,14 +69,17 @@ where
 }
 
 /// The objects a controller's passes start from, out of a cached watch's events (each already
-/// applied to `store`): every object the watch applies, and after each full list (the first, or
-/// one after the watch had to start over, as after a `410 Gone`) every object in the store.
+/// applied to `store`): every object the watch applies, the objects of the first list as they
+/// come, and after each later full list (once the watch had to start over, as after a `410 Gone`)
+/// every object in the store.
 ///
-/// kube's `applied_objects` passes the listed objects on one by one while the list is still
-/// coming in, before the store holds them: the store is swapped in whole once the list is
-/// complete. A controller looks each object up in its store when the pass starts, and one
-/// created since the previous list is not there yet: the pass is dropped as if the object had
-/// been deleted, and nothing starts another. Objects are passed on once the store has them.
+/// A controller looks each object up in its store when a pass starts, and drops the pass when the
+/// store lacks it, as if the object had been deleted; nothing starts another. Until the first
+/// list is complete no pass starts (the controller waits for its store), so that list's objects
+/// can go on one by one. A later list is swapped into the store only once it is complete: passed
+/// on one by one, as kube's `applied_objects` does, every object created since the previous list
+/// would miss the store and never be reconciled. Those lists are passed on from the store once
+/// it holds them.
 pub fn changed_objects<K>(
     events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
     store: Store<K>,
@@ -84,18 +87,24 @@ pub fn changed_objects<K>(
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
 {
+    let mut listed_once = false;
     events.flat_map(move |event| {
-        let listed: Vec<Arc<K>> = match &event {
-            Ok(watcher::Event::InitDone) => store.state(),
-            _ => Vec::new(),
-        };
+        let mut relisted: Vec<Arc<K>> = Vec::new();
         let applied = match event {
             Ok(watcher::Event::Apply(object)) => Some(Ok(object)),
+            Ok(watcher::Event::InitApply(object)) if !listed_once => Some(Ok(object)),
+            Ok(watcher::Event::InitDone) => {
+                if listed_once {
+                    relisted = store.state();
+                }
+                listed_once = true;
+                None
+            }
             Err(e) => Some(Err(e)),
             Ok(_) => None,
         };
-        // Each listed object is copied only as the controller takes it.
-        futures::stream::iter(applied.into_iter().chain(listed.into_iter().map(|object| Ok(K::clone(&object)))))
+        // Each relisted object is copied only as the controller takes it.
+        futures::stream::iter(applied.into_iter().chain(relisted.into_iter().map(|object| Ok(K::clone(&object)))))
     })
 }
 
@@ -160,7 +169,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn listed_objects_are_passed_on_once_the_store_holds_them() {
+    async fn a_later_list_is_passed_on_once_the_store_holds_it() {
         let (store, writer) = reflector::store::<ConfigMap>();
         // The first list (a), a watched change (b), then the watch starts over: the new list
         // holds c and d, which the store has never seen.
@@ -186,8 +195,10 @@ mod tests {
             .collect()
             .await;
         let mut names: Vec<&str> = passed.iter().map(|(name, _)| name.as_str()).collect();
-        assert!(passed.iter().all(|(_, held)| *held), "passed on before the store held it: {passed:?}");
         names[2..].sort_unstable();
         assert_eq!(names, ["a", "b", "a", "b", "c", "d"]);
+        // The first list's objects go on as they come (no pass starts before that list is in
+        // the store); everything after it only once the store holds it.
+        assert!(passed[1..].iter().all(|(_, held)| *held), "passed on before the store held it: {passed:?}");
     }
 }
