@@ -25,6 +25,7 @@ const PROTOS: &[&str] = &[
     "internal/replication.proto",
     "internal/volumegroup.proto",
     "internal/encryptionkeyrotation.proto",
+    "kubelet/pluginregistration/v1/api.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

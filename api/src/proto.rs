@@ -45,6 +45,12 @@ pub mod internal {
     tonic::include_proto!("proto");
 }
 
+/// The kubelet's plugin registration API (`pluginregistration.Registration`): a node plugin's
+/// registrar serves it on a socket in the kubelet's `plugins_registry` directory.
+pub mod pluginregistration {
+    tonic::include_proto!("pluginregistration");
+}
+
 include!(concat!(env!("OUT_DIR"), "/redacted_debug.rs"));
 
 #[cfg(test)]

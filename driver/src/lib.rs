@@ -14,6 +14,7 @@ pub mod identity;
 pub mod mounts;
 pub mod node;
 pub mod paging;
+pub mod registrar;
 pub mod server;
 pub mod snapshots;
 pub mod space;
