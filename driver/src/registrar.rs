@@ -31,23 +31,11 @@ pub struct Cli {
     #[arg(long = "plugin-registration-path", env = "PLUGIN_REGISTRATION_PATH", default_value = "/registration")]
     pub plugin_registration_path: PathBuf,
     /// How long to wait for the driver's GetPluginInfo before trying again.
-    #[arg(long, env = "TIMEOUT", default_value = "15s", value_parser = humantime_like)]
+    #[arg(long, env = "TIMEOUT", default_value = "15s", value_parser = go_flags::parse_go_duration)]
     pub timeout: Duration,
     /// Log as JSON lines.
     #[arg(long, env = "LOG_JSON")]
     pub log_json: bool,
-}
-
-/// `15s`, `1m`, `500ms` or plain seconds.
-fn humantime_like(text: &str) -> Result<Duration, String> {
-    let (number, unit) = text.find(|c: char| !c.is_ascii_digit()).map_or((text, "s"), |i| text.split_at(i));
-    let n: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration such as 15s"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
-        _ => Err(format!("{text:?} is not a duration such as 15s (units: ms, s, m)")),
-    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -180,15 +168,5 @@ mod tests {
             registration_socket(Path::new("/registration"), &info.name),
             Path::new("/registration/reference.csi-addons-rs.io-reg.sock")
         );
-    }
-
-    #[test]
-    fn durations_read_as_node_driver_registrar_writes_them() {
-        assert_eq!(humantime_like("15s"), Ok(Duration::from_secs(15)));
-        assert_eq!(humantime_like("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(humantime_like("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(humantime_like("7"), Ok(Duration::from_secs(7)));
-        assert!(humantime_like("1h").is_err());
-        assert!(humantime_like("soon").is_err());
     }
 }
