@@ -162,6 +162,20 @@ async fn register_fence_client(driver: &std::sync::Arc<Driver>) -> anyhow::Resul
         .map_err(|status| anyhow::anyhow!("registering as a fence client: {}", status.message()))
 }
 
+/// Logs to stderr, as JSON lines when `json`; the level from `RUST_LOG` (default `info`). Both of
+/// the crate's binaries start with it.
+pub fn init_logging(json: bool) {
+    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(
+        tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+    );
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;

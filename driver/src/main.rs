@@ -3,14 +3,6 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = reference_driver::Cli::parse();
-    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(
-        tracing_subscriber::EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-    );
-    if cli.log_json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
+    reference_driver::init_logging(cli.log_json);
     reference_driver::run(cli).await
 }
