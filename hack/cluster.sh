@@ -8,7 +8,7 @@
 #   hack/cluster.sh check   # exit 1 (and say what) if anything of a stopped cluster is left
 #   hack/cluster.sh exec CMD...   # run CMD inside the cluster's network namespace, KUBECONFIG set
 #
-# Inside the namespace: a dummy interface `node0` holds the node's address (10.250.0.1), a default
+# Inside the namespace: a bridge with no ports, `node0`, holds the node's address (10.250.0.1), a default
 # route points at it (so nothing can leave), the bridge `cni0` (10.244.0.0/24) holds the Pods, and
 # kube-proxy (iptables) routes Services (10.96.0.0/24; DNS at 10.96.0.10). The registry listens on
 # 127.0.0.1:5000 inside the namespace, where containerd pulls from.
@@ -36,6 +36,8 @@ KUBELET_DIR=/var/lib/kubelet
 KUBELET_SYSCTLS="vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes"
 # Host paths some components use whatever they are told (the kubelet's device-plugin socket, CNI's
 # cache, containerd's shim sockets); `down` removes those that were not there before `up`.
+# containerd's cgroup for Pods (cgroupfs driver, the kubelet's QoS cgroups off).
+CGROUP=k8s.io
 HOST_PATHS="/var/lib/kubelet /var/log/pods /var/log/containers /var/lib/cni /run/containerd /opt/containerd"
 
 in_netns() { nsenter --net="/run/netns/$NETNS" -- "$@"; }
@@ -90,10 +92,12 @@ EOF
 network() {
   ip netns add "$NETNS"
   in_netns ip link set lo up
-  in_netns ip link add node0 type dummy
+  # A bridge with no ports stands in for the node's NIC (these kernels have no dummy driver): its
+  # address is local, and what is routed to it goes nowhere.
+  in_netns ip link add node0 type bridge
   in_netns ip addr add "$NODE_IP/24" dev node0
   in_netns ip link set node0 up
-  # Everything not local goes to the dummy interface and is dropped: nothing leaves the namespace.
+  # Everything not local goes to that port-less bridge and is dropped: nothing leaves the namespace.
   in_netns ip route add default dev node0
   in_netns sysctl -qw net.ipv4.ip_forward=1
 }
@@ -196,7 +200,7 @@ control_plane() {
     --secure-port=$API_PORT --bind-address=0.0.0.0 --advertise-address=$NODE_IP \
     --service-cluster-ip-range=$SERVICE_CIDR --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$d/sa.pub" --service-account-signing-key-file="$d/sa.key" \
-    --authorization-mode=Node,RBAC --allow-privileged=true
+    --authorization-mode=Node,RBAC --allow-privileged=true --kubelet-preferred-address-types=InternalIP
   wait_for kube-apiserver 60 kubectl get --raw /readyz
   start kube-controller-manager "$ASSETS/kube-controller-manager" --kubeconfig="$STATE/kubeconfig" \
     --bind-address=127.0.0.1 --leader-elect=false --root-ca-file="$d/ca.crt" \
@@ -206,7 +210,8 @@ control_plane() {
 }
 
 node() {
-  start registry "$NODE/registry" serve "$STATE/registry.yaml"
+  # The registry exports traces to localhost:4318 unless told not to.
+  start registry env OTEL_TRACES_EXPORTER=none "$NODE/registry" serve "$STATE/registry.yaml"
   start containerd env PATH="$NODE:$PATH" "$NODE/containerd" --config "$STATE/containerd/config.toml"
   wait_for registry 30 in_netns curl -sf "http://$REGISTRY/v2/"
   push_image pause 1 "$NODE/pause" /pause
@@ -223,12 +228,12 @@ push_root() {
   local name=$1 tag=$2 root=$3; shift 3
   local layer; layer=$(mktemp)
   tar -C "$root" -cf "$layer" .
-  in_netns "$NODE/crane" append --insecure --oci-empty-base -f "$layer" -t "$REGISTRY/$name:$tag.base" >/dev/null
+  in_netns "$NODE/crane" append --insecure --oci-empty-base -f "$layer" -t "$REGISTRY/$name:$tag.base" >/dev/null 2>>"$STATE/logs/crane.log"
   rm -f "$layer"
   # containerd wants the platform in the config; the entrypoint is the image's command.
   in_netns "$NODE/crane" mutate --insecure --set-platform linux/amd64 --env PATH=/usr/local/bin:/usr/bin:/bin \
     --entrypoint "$(IFS=,; echo "$*")" \
-    -t "$REGISTRY/$name:$tag" "$REGISTRY/$name:$tag.base" >/dev/null
+    -t "$REGISTRY/$name:$tag" "$REGISTRY/$name:$tag.base" >/dev/null 2>>"$STATE/logs/crane.log"
 }
 
 # push_image NAME TAG FILE PATH-IN-IMAGE: an image of one static binary, which is its entrypoint.
@@ -269,7 +274,7 @@ check_dns() {
     kubectl -n cluster-check get pods,svc,endpointslices -o wide >&2 || true
     return 1
   }
-  log "a Pod reached Service web.cluster-check by its DNS name: $(kubectl -n cluster-check logs client)"
+  log "a Pod reached Service web.cluster-check by its DNS name (web.cluster-check.svc.cluster.local, through CoreDNS and kube-proxy)"
   kubectl delete namespace cluster-check --wait=false >/dev/null
 }
 
@@ -278,6 +283,9 @@ up() {
   if [ -n "$(ls -A "$KUBELET_DIR" 2>/dev/null)" ]; then
     log "$KUBELET_DIR is not empty: another kubelet uses this machine"; exit 1
   fi
+  if [ -n "$(cluster_cgroups)" ]; then
+    log "cgroup $CGROUP exists: another containerd runs Pods on this machine"; exit 1
+  fi
   ASSETS=$("$here/control-plane.sh")
   NODE=$("$here/node-peers.sh")
   rm -rf "$STATE"; mkdir -p "$STATE/logs"
@@ -285,6 +293,7 @@ up() {
   for s in $KUBELET_SYSCTLS; do echo "$s=$(sysctl -n "$s")"; done >"$STATE/sysctls"
   for p in $HOST_PATHS; do [ -e "$p" ] || echo "$p"; done >"$STATE/host-paths"
   host_rules >"$STATE/host-rules"
+  mountpoint -q /run/netns || touch "$STATE/netns-dir-made"
   local t0; t0=$(date +%s)
   pki
   network
@@ -309,12 +318,18 @@ cluster_pids() {
       echo "$pid"
     fi
   done
+  # Containers have network and mount namespaces of their own; containerd puts them in its cgroup.
+  local procs
+  for procs in $(find /sys/fs/cgroup/pids/$CGROUP -name cgroup.procs 2>/dev/null); do cat "$procs"; done
 }
+
+# containerd's cgroups (every controller), deepest first; `up` refuses to start when they exist.
+cluster_cgroups() { find /sys/fs/cgroup/*/$CGROUP -depth -type d 2>/dev/null || true; }
 
 # The host's own iptables and nftables rules, without counters: the cluster must not change them.
 host_rules() {
-  { iptables-save 2>/dev/null; ip6tables-save 2>/dev/null; nft list ruleset 2>/dev/null; } \
-    | grep -v '^#' | sed 's/\[[0-9]*:[0-9]*\]//g'
+  { iptables-save 2>/dev/null; ip6tables-save 2>/dev/null; nft list ruleset 2>/dev/null || true; } \
+    | sed -e '/^#/d' -e 's/\[[0-9]*:[0-9]*\]//g'
 }
 
 # Mounts under the state directory and the kubelet's (which the kubelet bind-mounts on itself to
@@ -336,7 +351,12 @@ down() {
   local m
   for m in $(cluster_mounts); do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
   for m in $(cluster_loops); do losetup -d "$m" 2>/dev/null || true; done
+  for m in $(cluster_cgroups); do rmdir "$m" 2>/dev/null || true; done
   [ -e "/run/netns/$NETNS" ] && ip netns del "$NETNS"
+  # `ip netns add` made /run/netns a mount point of its own; undo it when nothing else uses it.
+  if [ -f "$STATE/netns-dir-made" ] && [ -z "$(ls -A /run/netns 2>/dev/null)" ]; then
+    umount /run/netns 2>/dev/null || true; rmdir /run/netns 2>/dev/null || true
+  fi
   local rules_changed=0
   if [ -f "$STATE/host-rules" ] && ! host_rules | cmp -s - "$STATE/host-rules"; then
     log "the host's iptables or nftables rules differ from before the cluster started:"
@@ -362,6 +382,7 @@ check() {
   [ -n "$(cluster_mounts)" ] && { log "mounts left: $(cluster_mounts | tr '\n' ' ')"; left=1; }
   [ -n "$(cluster_loops)" ] && { log "loop devices left: $(cluster_loops | tr '\n' ' ')"; left=1; }
   [ -e "/run/netns/$NETNS" ] && { log "network namespace left: $NETNS"; left=1; }
+  [ -n "$(cluster_cgroups)" ] && { log "cgroups left: $(cluster_cgroups | tr '\n' ' ')"; left=1; }
   [ -e "$STATE" ] && { log "state directory left: $STATE"; left=1; }
   for p in $(ip netns list 2>/dev/null | awk '/^cni-/ { print $1 }'); do log "a Pod's network namespace left: $p"; left=1; done
   return $left
