@@ -176,6 +176,11 @@ impl csi::controller_server::Controller for Controller {
         let layout = self.0.layout.clone();
         self.0
             .update(|state| {
+                if let Some(node) = state.volumes.get(&id).and_then(|v| v.published_nodes.keys().next()) {
+                    return Err(Status::failed_precondition(format!(
+                        "volume {id} is attached to node {node}; detach it (ControllerUnpublishVolume) first"
+                    )));
+                }
                 if let Some(group) = state.groups.values().find(|g| g.volume_ids.contains(&id)) {
                     return Err(Status::failed_precondition(format!(
                         "volume {id} is in volume group {}; remove it from the group first",
@@ -244,6 +249,7 @@ impl csi::controller_server::Controller for Controller {
     ) -> Result<Response<csi::ControllerGetCapabilitiesResponse>, Status> {
         let capabilities = [
             Rpc::CreateDeleteVolume,
+            Rpc::PublishUnpublishVolume,
             Rpc::ListVolumes,
             Rpc::GetCapacity,
             Rpc::CreateDeleteSnapshot,
@@ -300,6 +306,21 @@ impl csi::controller_server::Controller for Controller {
             capacity_bytes: grown.capacity_bytes,
             node_expansion_required: grown.access_type == AccessType::Mount,
         }))
+    }
+
+    async fn controller_publish_volume(
+        &self,
+        request: Request<csi::ControllerPublishVolumeRequest>,
+    ) -> Result<Response<csi::ControllerPublishVolumeResponse>, Status> {
+        Ok(Response::new(crate::attach::publish(&self.0, request.into_inner()).await?))
+    }
+
+    async fn controller_unpublish_volume(
+        &self,
+        request: Request<csi::ControllerUnpublishVolumeRequest>,
+    ) -> Result<Response<csi::ControllerUnpublishVolumeResponse>, Status> {
+        crate::attach::unpublish(&self.0, request.into_inner()).await?;
+        Ok(Response::new(csi::ControllerUnpublishVolumeResponse {}))
     }
 
     async fn create_snapshot(

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod addons;
+pub mod attach;
 pub mod cidr;
 pub mod controller;
 pub mod driver;
@@ -94,7 +95,7 @@ pub async fn serve(cli: Cli, stop: tokio::sync::watch::Receiver<bool>) -> anyhow
         directories: cli.filesystem_backend.directories(),
     })?;
     if driver.config.mode.node() {
-        register_fence_client(&driver).await?;
+        register_node(&driver).await?;
     }
     let mut csi_routes =
         tonic::service::Routes::new(csi::identity_server::IdentityServer::new(identity::Identity(driver.clone())));
@@ -148,18 +149,21 @@ pub async fn serve(cli: Cli, stop: tokio::sync::watch::Receiver<bool>) -> anyhow
     Ok(())
 }
 
-/// Records this node plugin as a storage client, so GetFenceClients can report it.
-async fn register_fence_client(driver: &std::sync::Arc<Driver>) -> anyhow::Result<()> {
-    let Some(ip) = driver.config.node_ip else { return Ok(()) };
-    let address = cidr::Cidr::from(ip).to_string();
+/// Records this node plugin: as a node volumes can be attached to, and, with its address, as a
+/// storage client that GetFenceClients reports.
+async fn register_node(driver: &std::sync::Arc<Driver>) -> anyhow::Result<()> {
+    let address = driver.config.node_ip.map(|ip| cidr::Cidr::from(ip).to_string());
     let node_id = driver.config.node_id.clone();
     driver
         .update(|state| {
-            state.clients.insert(node_id, vec![address]);
+            state.nodes.insert(node_id.clone());
+            if let Some(address) = address {
+                state.clients.insert(node_id, vec![address]);
+            }
             Ok(())
         })
         .await
-        .map_err(|status| anyhow::anyhow!("registering as a fence client: {}", status.message()))
+        .map_err(|status| anyhow::anyhow!("registering the node plugin: {}", status.message()))
 }
 
 /// Logs to stderr, as JSON lines when `json`; the level from `RUST_LOG` (default `info`). Both of

@@ -108,6 +108,9 @@ pub struct State {
     /// reports.
     #[serde(default)]
     pub clients: BTreeMap<String, Vec<String>>,
+    /// Nodes whose node plugin has started: where ControllerPublishVolume can attach volumes.
+    #[serde(default)]
+    pub nodes: std::collections::BTreeSet<String>,
     /// Snapshots by ID.
     #[serde(default)]
     pub snapshots: BTreeMap<String, Snapshot>,
