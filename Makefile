@@ -2,13 +2,19 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
+.PHONY: ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
 
 all: build
 
 # The target the shipped binaries are built for: static musl where the machine can build it (see the script).
 # Evaluated once, at first use (its warning is printed once; other targets never run it).
 SHIP_TARGET = $(eval SHIP_TARGET := $$(shell hack/static-target.sh))$(SHIP_TARGET)
+# Where `make ship-binaries` leaves them: one profile, one target directory.
+SHIP_DIR = target/$(SHIP_TARGET)/ship
+SHIP_BINS = --bin csi-addons-manager --bin csi-addons-sidecar --bin csi-addons --bin reference-driver --bin csi-node-registrar
+
+ship-binaries: ## Build every shipped binary, static, in the one `ship` profile and one cargo call (and the futures' size probe in the same profile)
+	$(CARGO) build --profile ship --locked --target $(SHIP_TARGET) -p operator -p sidecar -p reference-driver $(SHIP_BINS) --example future_sizes
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -20,10 +26,10 @@ test: control-plane test-peers ## Run every test: unit tests, then the suites on
 	# The suites run the project's binaries as real processes: build them first. The reconcile
 	# futures' sizes are read in the shipped manager's profile.
 	$(CARGO) build --workspace --bins --locked
-	$(CARGO) build --profile manager --locked -p operator --example future_sizes --target $(SHIP_TARGET)
+	$(MAKE) --no-print-directory ship-binaries
 	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" CSI_SANITY="$$(hack/csi-sanity.sh)" KUSTOMIZE="$$(hack/kustomize.sh)" \
 	PROMETHEUS_CRDS="$$(hack/prometheus-crds.sh)" OPERATOR_SDK_DIR="$$(hack/operator-sdk.sh)" HELM="$$(hack/helm.sh)" \
-	CSI_PROVISIONER="$$(hack/csi-provisioner.sh)" FUTURE_SIZES="$$PWD/target/$(SHIP_TARGET)/manager/examples/future_sizes" \
+	CSI_PROVISIONER="$$(hack/csi-provisioner.sh)" FUTURE_SIZES="$$PWD/$(SHIP_DIR)/examples/future_sizes" \
 	$(CARGO) test --workspace --locked
 
 test-interop: control-plane ## The story's reclaim, fence and replication steps with upstream's v0.14.0 manager or sidecar as the other half (builds upstream's once)
@@ -42,14 +48,13 @@ fuzz: control-plane ## Hostile input for every parser of outside input: 100,000 
 
 BENCH ?= bench_
 bench: control-plane ## Ours next to upstream's v0.14.0 on one control plane: annotation fan-out (N=1,000 and 10,000), 1,000-job throughput, idle with 1,000 CSIAddonsNodes, sidecar RSS; JSON and plots in bench-results/ (BENCH=bench_jobs for one part)
-	$(CARGO) build --profile manager --locked -p operator --bin csi-addons-manager --target $(SHIP_TARGET)
-	$(CARGO) build --profile sidecar --locked -p sidecar --bin csi-addons-sidecar --target $(SHIP_TARGET)
+	$(MAKE) --no-print-directory ship-binaries
 	$(CARGO) build --workspace --bins --locked
 	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" TESTENV_AUDIT=1 \
 	UPSTREAM_MANAGER="$$(hack/upstream-binaries.sh manager)" UPSTREAM_SIDECAR="$$(hack/upstream-binaries.sh sidecar)" \
 	UPSTREAM_RBAC="$$(hack/upstream-binaries.sh rbac)" \
-	CSI_ADDONS_MANAGER="$$PWD/target/$(SHIP_TARGET)/manager/csi-addons-manager" \
-	CSI_ADDONS_SIDECAR="$$PWD/target/$(SHIP_TARGET)/sidecar/csi-addons-sidecar" \
+	CSI_ADDONS_MANAGER="$$PWD/$(SHIP_DIR)/csi-addons-manager" \
+	CSI_ADDONS_SIDECAR="$$PWD/$(SHIP_DIR)/csi-addons-sidecar" \
 	$(CARGO) test --locked -p integration-tests --test integration $(BENCH) -- --ignored --nocapture --test-threads=1
 
 test-faults: control-plane ## kill -9 the manager, sidecar, driver or kube-apiserver, or the leading manager, mid-batch: no job stuck or lost (prints a table)
