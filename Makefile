@@ -24,7 +24,7 @@ build: ## Build every crate (debug)
 
 test: control-plane test-peers ## Run every test: unit tests, then the suites on a real kube-apiserver + etcd
 	# The suites run the project's binaries as real processes: build them first. The reconcile
-	# futures' sizes are read in the shipped manager's profile.
+	# futures' sizes are read in the shipped binaries' profile.
 	$(CARGO) build --workspace --bins --locked
 	$(MAKE) --no-print-directory ship-binaries
 	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" CSI_SANITY="$$(hack/csi-sanity.sh)" KUSTOMIZE="$$(hack/kustomize.sh)" \

@@ -76,7 +76,7 @@ kubernetes_build() {
 # cached_go_tool NAME VERSION MODULE PACKAGE ABOUT [LDFLAGS]
 # Builds PACKAGE of MODULE@VERSION once into the cache (the binary named NAME), under a lock so
 # parallel callers wait for one build, and prints its path. ABOUT says how long it takes; LDFLAGS
-# are added to "-s -w".
+# are added to "-s -w". With GO_TOOL_REPLACES=1 the module's own `replace` lines are repeated.
 cached_go_tool() {
   local name=$1 version=$2 module=$3 package=$4 about=$5 ldflags=${6:-}
   command -v go >/dev/null || { log "Go is needed to build $name"; return 1; }
@@ -87,6 +87,7 @@ cached_go_tool() {
   if [ ! -x "$dir/$name" ]; then
     log "building $name $version into $dir ($about, once)"
     GO_MOD_EDITS=()
+    [ "${GO_TOOL_REPLACES:-}" = 1 ] && mapfile -t GO_MOD_EDITS < <(module_replaces "$module@$version")
     go_wrapper_build "$dir" "$module@$version" "-s -w $ldflags" "$package"
     local built
     built=$(basename "$package")
@@ -96,3 +97,15 @@ cached_go_tool() {
   echo "$dir/$name"
 }
 
+
+# module_replaces MODULE@VERSION
+# Prints the module's own go.mod `replace` lines (those naming a version) as `go mod edit` arguments:
+# a wrapper module must repeat them, or `go get` resolves other versions than the module was built with.
+module_replaces() {
+  local scratch gomod
+  scratch=$(mktemp -d "${TMPDIR:-/tmp}/csi-addons-gomod.XXXXXX")
+  gomod=$(cd "$scratch" && go mod init local/x >/dev/null 2>&1 && go mod download -json "$1" \
+    | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  rm -rf "$scratch"
+  sed -n 's#^\(replace \)\?\s*\([^ ]*\) => \([^ .][^ ]*\) \(v[^ ]*\)$#-replace=\2=\3@\4#p' "$gomod"
+}

@@ -1,11 +1,11 @@
-//! Upper bounds on the reconcile futures' sizes, as the shipped manager's profile lays them out
+//! Upper bounds on the reconcile futures' sizes, as the shipped binaries' profile lays them out
 //! (`operator/examples/future_sizes.rs`, built by `make test`). The manager's memory under load,
 //! what `make bench` measures, grows with them: a change that makes one much larger fails here.
 //! A bound is about one and a half times the size measured when it was set; raise it only with
 //! a reason, and the benchmark figures, in the commit.
 use std::collections::BTreeMap;
 
-/// Bytes, per controller (measured 2026-11 in the `manager` profile for musl: 4608, 1208, 1208, 1376,
+/// Bytes, per controller (measured 2026-11 in the `ship` profile for musl: 4608, 1208, 1208, 1376,
 /// 1376, 2872, 3448, 2096, 5240, 11496 and 6256).
 const BOUNDS: [(&str, usize); 11] = [
     ("csiaddonsnode", 7000),
@@ -24,8 +24,8 @@ const BOUNDS: [(&str, usize); 11] = [
 fn measured() -> BTreeMap<String, usize> {
     let Some(printer) = std::env::var_os("FUTURE_SIZES").filter(|p| !p.is_empty()) else {
         panic!(
-            "FUTURE_SIZES is unset: `make test` builds operator/examples/future_sizes.rs in the manager's profile \
-             (cargo build --profile manager -p operator --example future_sizes) and names it"
+            "FUTURE_SIZES is unset: `make test` builds operator/examples/future_sizes.rs in the shipped binaries' profile \
+             (make ship-binaries) and names it"
         );
     };
     let output = std::process::Command::new(&printer)

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Builds the product's images from build/*.Dockerfile and pushes them, with the Kubernetes CSI sidecars
+# built here, to the one-node cluster's registry:
+#   hack/images.sh SHIP_DIR TAG
+# SHIP_DIR holds the binaries of `make ship-binaries`. The Dockerfiles' final stages are built as
+# users get them; their binaries come from an image holding SHIP_DIR's files in /out (BINARIES), and
+# the driver's root filesystem from debootstrap (BASE, hack/driver-base.sh): Docker Hub is out of
+# reach here. Builds with buildah (no daemon), its storage in the cache outside the clone with the vfs
+# driver, so it leaves no mounts behind. Pushing happens inside the cluster's network namespace,
+# where the registry listens on 127.0.0.1:5000.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$here/lib.sh"
+ship_dir=$1 tag=$2
+NETNS="${CLUSTER_NETNS:-csi-addons-cluster}"
+REGISTRY=127.0.0.1:5000
+[ -e "/run/netns/$NETNS" ] || { log "no cluster is running (make cluster-up first)"; exit 1; }
+"$here/node-packages.sh"
+store="$CSI_ADDONS_CACHE/buildah"
+bh() { buildah --storage-driver vfs --root "$store/storage" --runroot "$store/run" "$@"; }
+push() { nsenter --net="/run/netns/$NETNS" -- buildah --storage-driver vfs --root "$store/storage" --runroot "$store/run" \
+  push --quiet --tls-verify=false "$1" "docker://$REGISTRY/${1#localhost/}" >/dev/null; }
+
+# image_of NAME FILE...: an image of FILEs in /out (the Dockerfiles' BINARIES).
+image_of() {
+  local name=$1 c; shift
+  c=$(bh from --quiet scratch)
+  bh copy --quiet "$c" "$@" /out/ >/dev/null
+  bh commit --quiet --rm "$c" "$name" >/dev/null
+}
+
+log "building the images from build/*.Dockerfile with buildah"
+image_of localhost/csi-addons-binaries:"$tag" "$ship_dir"/{csi-addons-manager,csi-addons-sidecar,csi-addons,reference-driver,csi-node-registrar}
+base=$("$here/driver-base.sh")
+if ! bh inspect --type image localhost/reference-driver-base:bookworm >/dev/null 2>&1; then
+  c=$(bh from --quiet scratch)
+  bh add --quiet "$c" "$base" / >/dev/null
+  bh config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$c"
+  bh commit --quiet --rm "$c" localhost/reference-driver-base:bookworm >/dev/null
+fi
+for image in manager:csi-addons-manager sidecar:csi-addons-sidecar driver:reference-driver; do
+  bh bud --quiet --layers=false --build-arg BINARIES=localhost/csi-addons-binaries:"$tag" \
+    --build-arg BASE=localhost/reference-driver-base:bookworm \
+    -f "build/${image%%:*}.Dockerfile" -t "localhost/${image#*:}:$tag" . >/dev/null
+  push "localhost/${image#*:}:$tag"
+done
+
+# The Kubernetes CSI sidecars: one static binary each on scratch, as their own images are.
+sidecars=$("$here/csi-sidecars.sh")
+for name in csi-provisioner csi-attacher csi-resizer; do
+  version=$(basename "$(dirname "$(readlink -f "$sidecars/$name")")"); version=${version#"$name-"}
+  c=$(bh from --quiet scratch)
+  bh copy --quiet "$c" "$(readlink -f "$sidecars/$name")" "/$name" >/dev/null
+  bh config --entrypoint "[\"/$name\"]" --user 65532:65532 "$c"
+  bh commit --quiet --rm "$c" "localhost/$name:$version" >/dev/null
+  push "localhost/$name:$version"
+done
+log "images in $REGISTRY: csi-addons-manager, csi-addons-sidecar, reference-driver ($tag); csi-provisioner, csi-attacher, csi-resizer"
