@@ -38,7 +38,10 @@ KUBELET_SYSCTLS="vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_
 # cache, containerd's shim sockets); `down` removes those that were not there before `up`.
 # containerd's cgroup for Pods (cgroupfs driver, the kubelet's QoS cgroups off).
 CGROUP=k8s.io
-HOST_PATHS="/var/lib/kubelet /var/log/pods /var/log/containers /var/lib/cni /run/containerd /opt/containerd"
+# The reference driver's state and volumes (a hostPath in its manifests, shared by its controller
+# and node plugins); its loop devices are detached by `down`.
+DRIVER_DIR=/var/lib/csi-addons-reference
+HOST_PATHS="$DRIVER_DIR /var/lib/kubelet /var/log/pods /var/log/containers /var/lib/cni /run/containerd /opt/containerd"
 
 in_netns() { nsenter --net="/run/netns/$NETNS" -- "$@"; }
 
@@ -338,7 +341,10 @@ cluster_mounts() {
   awk -v s="$STATE" -v k="$KUBELET_DIR" 'index($5, s "/") == 1 || $5 == s || index($5, k "/") == 1 || $5 == k { print $5 }' \
     /proc/self/mountinfo | sort -r
 }
-cluster_loops() { losetup -l -n -O NAME,BACK-FILE 2>/dev/null | awk -v s="$STATE" 'index($2, s "/") == 1 { print $1 }'; }
+cluster_loops() {
+  losetup -l -n -O NAME,BACK-FILE 2>/dev/null \
+    | awk -v s="$STATE" -v d="$DRIVER_DIR" 'index($2, s "/") == 1 || index($2, d "/") == 1 { print $1 }'
+}
 
 down() {
   local pids

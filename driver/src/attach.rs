@@ -36,14 +36,16 @@ enum Publish {
     Attach,
 }
 
-fn decide_publish(state: &State, volume: &Volume, request: &csi::ControllerPublishVolumeRequest) -> Result<Publish, Status> {
+fn decide_publish(
+    state: &State,
+    volume: &Volume,
+    request: &csi::ControllerPublishVolumeRequest,
+) -> Result<Publish, Status> {
     if !state.nodes.contains(&request.node_id) {
         return Err(Status::not_found(format!("node {} has no node plugin of this driver", request.node_id)));
     }
-    let capability = request
-        .volume_capability
-        .as_ref()
-        .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
+    let capability =
+        request.volume_capability.as_ref().ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
     let mode = capability
         .access_mode
         .as_ref()

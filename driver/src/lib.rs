@@ -11,6 +11,7 @@ pub mod attach;
 pub mod cidr;
 pub mod controller;
 pub mod driver;
+pub mod h2_authority;
 pub mod identity;
 pub mod mounts;
 pub mod node;

@@ -108,6 +108,38 @@ async fn driver_name(address: &str, timeout: Duration) -> String {
     }
 }
 
+/// The connections `listener` accepts, each through [`crate::h2_authority::relay`], which makes
+/// the kubelet's `:authority` one the gRPC server takes.
+fn relayed(
+    mut listener: tokio_stream::wrappers::UnixListenerStream,
+) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<tokio::io::DuplexStream>> {
+    use tokio_stream::StreamExt;
+    let (connections, incoming) = mpsc::channel(4);
+    tokio::spawn(async move {
+        while let Some(accepted) = listener.next().await {
+            let socket = match accepted {
+                Ok(socket) => socket,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a connection on the registration socket");
+                    // Out of file descriptors, say: try again later, not in a busy loop.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
+            let (relay_end, server_end) = tokio::io::duplex(64 * 1024);
+            tokio::spawn(async move {
+                if let Err(e) = crate::h2_authority::relay(socket, relay_end).await {
+                    tracing::warn!(error = %e, "a registration connection ended");
+                }
+            });
+            if connections.send(Ok(server_end)).await.is_err() {
+                return;
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(incoming)
+}
+
 /// Registers the driver and serves the registration socket until `stop`, or until the kubelet
 /// refuses the registration.
 pub async fn run(cli: Cli, stop: impl Future<Output = ()> + Send + 'static) -> Result<(), RegistrarError> {
@@ -144,7 +176,7 @@ pub async fn run(cli: Cli, stop: impl Future<Output = ()> + Send + 'static) -> R
     };
     let server = tonic::transport::Server::builder()
         .add_service(reg::registration_server::RegistrationServer::new(registration))
-        .serve_with_incoming_shutdown(listener, stop);
+        .serve_with_incoming_shutdown(relayed(listener), stop);
     let result = tokio::select! {
         served = server => served.map_err(RegistrarError::from),
         Some(error) = refused => Err(error),
