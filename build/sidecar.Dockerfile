@@ -1,5 +1,9 @@
-# csi-addons-sidecar and the csi-addons CLI: static (musl) binaries on scratch, run as a non-root
-# user (the sidecar needs only the driver's socket, shared through the Pod's volume).
+# csi-addons-sidecar and the csi-addons CLI: static (musl) binaries on scratch, where upstream's image
+# has them (/usr/sbin/csi-addons-sidecar, /usr/bin/csi-addons), so a Pod spec written for upstream's
+# image runs this one unchanged.
+# It runs as root, as upstream's does: CSI drivers create their sockets as root with mode 0755, and
+# connecting to a Unix socket needs write permission on it. Where a driver's socket allows another
+# user, set the container's runAsUser.
 #   docker build -f build/sidecar.Dockerfile -t ghcr.io/csi-addons-rs/csi-addons-sidecar:v0.1.0 .
 # `--build-arg BINARIES=<image>` takes the binaries from an image holding them in /out instead of
 # compiling them (see build/manager.Dockerfile): the final stage is the same.
@@ -16,7 +20,6 @@ RUN cargo build --locked --profile ship --target x86_64-unknown-linux-musl -p si
 FROM ${BINARIES} AS binaries
 
 FROM scratch
-COPY --from=binaries /out/csi-addons-sidecar /csi-addons-sidecar
-COPY --from=binaries /out/csi-addons /csi-addons
-USER 65532:65532
-ENTRYPOINT ["/csi-addons-sidecar"]
+COPY --from=binaries /out/csi-addons-sidecar /usr/sbin/csi-addons-sidecar
+COPY --from=binaries /out/csi-addons /usr/bin/csi-addons
+ENTRYPOINT ["/usr/sbin/csi-addons-sidecar"]

@@ -46,13 +46,14 @@ for image in manager:csi-addons-manager sidecar:csi-addons-sidecar driver:refere
   push "localhost/${image#*:}:$tag"
 done
 
-# The Kubernetes CSI sidecars: one static binary each on scratch, as their own images are.
+# The Kubernetes CSI sidecars: one static binary each on scratch, run as root as their own images
+# are (the driver's socket is root's).
 sidecars=$("$here/csi-sidecars.sh")
 for name in csi-provisioner csi-attacher csi-resizer; do
   version=$(basename "$(dirname "$(readlink -f "$sidecars/$name")")"); version=${version#"$name-"}
   c=$(bh from --quiet scratch)
   bh copy --quiet "$c" "$(readlink -f "$sidecars/$name")" "/$name" >/dev/null
-  bh config --entrypoint "[\"/$name\"]" --user 65532:65532 "$c"
+  bh config --entrypoint "[\"/$name\"]" "$c"
   bh commit --quiet --rm "$c" "localhost/$name:$version" >/dev/null
   push "localhost/$name:$version"
 done

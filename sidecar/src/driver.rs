@@ -115,7 +115,7 @@ impl DriverConnection {
 /// Probe → identity → capabilities.
 async fn query(channel: &Channel, timeout: Duration) -> Result<DriverInfo, Unusable> {
     let mut client = identity::identity_client::IdentityClient::new(channel.clone());
-    let failed = |call: &'static str| move |s: tonic::Status| Unusable::Call { call, message: s.message().to_owned() };
+    let failed = |call: &'static str| move |s: tonic::Status| Unusable::Call { call, message: with_causes(&s) };
     let call = async {
         let probe = client.probe(identity::ProbeRequest {}).await.map_err(failed("Probe"))?.into_inner();
         if probe.ready == Some(false) {
@@ -137,8 +137,25 @@ async fn query(channel: &Channel, timeout: Duration) -> Result<DriverInfo, Unusa
     tokio::time::timeout(timeout, call).await.map_err(|_| Unusable::Timeout(timeout))?
 }
 
+/// A status's message with the errors under it: a connection refused for want of permission on
+/// the socket says so, where the message alone says "transport error".
+fn with_causes(status: &tonic::Status) -> String {
+    let mut message = status.message().to_owned();
+    let mut cause = std::error::Error::source(status);
+    while let Some(error) = cause {
+        let text = error.to_string();
+        if !message.contains(&text) {
+            message = format!("{message}: {text}");
+        }
+        cause = error.source();
+    }
+    message
+}
+
 async fn watch_driver(channel: Channel, probing: Probing, state: watch::Sender<DriverState>) {
     let mut backoff = probing.backoff.0;
+    // While the driver was never reached, each new reason is logged once.
+    let mut told: Option<Unusable> = None;
     loop {
         let ready_now = state.borrow().is_ready();
         let next = match query(&channel, probing.timeout).await {
@@ -149,7 +166,13 @@ async fn watch_driver(channel: Channel, probing: Probing, state: watch::Sender<D
             Err(reason) if ready_now || matches!(*state.borrow(), DriverState::Lost { .. }) => {
                 DriverState::Lost { reason }
             }
-            Err(_) => DriverState::Connecting,
+            Err(reason) => {
+                if told.as_ref() != Some(&reason) {
+                    tracing::warn!(%reason, "the driver cannot be used yet");
+                    told = Some(reason);
+                }
+                DriverState::Connecting
+            }
         };
         let wait = if next.is_ready() { probing.interval } else { backoff };
         if !next.is_ready() {
