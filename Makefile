@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
+.PHONY: cluster-up cluster-down cluster-install test-cluster ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
 
 all: build
 
@@ -61,6 +61,30 @@ test-faults: control-plane ## kill -9 the manager, sidecar, driver or kube-apise
 	$(CARGO) build --workspace --bins --locked
 	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" \
 	$(CARGO) test --locked -p integration-tests --test integration faults_ -- --ignored --nocapture --test-threads=1
+
+# The one-node cluster (hack/cluster.sh): kubelet, containerd, runc, CNI, kube-proxy, CoreDNS and a
+# registry, built from source into the cache, all inside a network namespace of their own.
+cluster-up: ship-binaries ## Start the one-node cluster in its network namespace and push the images built from build/*.Dockerfile to its registry (first time: about 15 min of builds)
+	hack/cluster.sh up
+	hack/images.sh $(SHIP_DIR) $(IMAGE_TAG)
+
+cluster-down: ## Stop the one-node cluster and remove every trace of it (processes, mounts, loop devices, namespaces, iptables rules)
+	hack/cluster.sh down
+
+cluster-install: ## Install deploy/controller/ and deploy/reference-driver/ into the running cluster, images from its registry
+	hack/cluster-install.sh controller $(IMAGE_TAG)
+	hack/cluster-install.sh driver $(IMAGE_TAG)
+
+test-cluster: ship-binaries ## The product in real Pods: a fresh one-node cluster, the release YAMLs and the driver installed, tests/cluster run inside its network namespace, then everything removed (and checked)
+	$(CARGO) test --locked -p integration-tests --test cluster --no-run
+	@hack/cluster.sh check || { echo "test-cluster: a cluster is running or left traces; make cluster-down first" >&2; exit 1; }
+	@# Whatever happens, the cluster goes, and a trace it leaves fails the target.
+	@trap 'hack/cluster.sh down || exit 1' EXIT; set -e; \
+	hack/cluster.sh up; \
+	hack/images.sh $(SHIP_DIR) $(IMAGE_TAG); \
+	hack/cluster-install.sh controller $(IMAGE_TAG); \
+	hack/cluster-install.sh driver $(IMAGE_TAG); \
+	hack/cluster.sh exec $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1
 
 CONTAINER_ENGINE ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
 IMAGE_REGISTRY ?= ghcr.io/csi-addons-rs

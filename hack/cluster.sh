@@ -79,7 +79,10 @@ pki() {
     -extfile "$d/apiserver.ext" -out "$d/apiserver.crt" 2>/dev/null
   # One admin identity for the node's components: they are test peers, not what is tested.
   openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=cluster-admin" -keyout "$d/admin.key" -out "$d/admin.csr" 2>/dev/null
-  openssl x509 -req -in "$d/admin.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial -days 2 -out "$d/admin.crt" 2>/dev/null
+  # An extension makes it an X.509 v3 certificate: rustls (the test code's client) accepts no other.
+  printf 'extendedKeyUsage=clientAuth\n' >"$d/admin.ext"
+  openssl x509 -req -in "$d/admin.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial -days 2 \
+    -extfile "$d/admin.ext" -out "$d/admin.crt" 2>/dev/null
   openssl genrsa -out "$d/sa.key" 2048 2>/dev/null
   openssl rsa -in "$d/sa.key" -pubout -out "$d/sa.pub" 2>/dev/null
   cat >"$STATE/kubeconfig" <<EOF
@@ -402,6 +405,6 @@ case "${1:-}" in
     shift
     # shellcheck disable=SC1091
     . "$STATE/env"
-    PATH="$ASSETS:$NODE:$PATH" KUBECONFIG="$STATE/kubeconfig" in_netns "$@" ;;
+    PATH="$ASSETS:$NODE:$PATH" KUBECONFIG="$STATE/kubeconfig" CLUSTER_KUBECONFIG="$STATE/kubeconfig" in_netns "$@" ;;
   *) log "usage: hack/cluster.sh up|down|check|exec CMD..."; exit 2 ;;
 esac

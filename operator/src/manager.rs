@@ -337,10 +337,11 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
     };
     tracing::info!(?settings, "settings");
     let (settings_tx, settings_rx) = watch::channel(settings);
-    let identity = std::env::var("POD_NAME")
-        .ok()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| format!("csi-addons-manager-{}", std::process::id()));
+    let identity = election_identity(
+        std::env::var("POD_NAME").ok(),
+        std::fs::read_to_string("/proc/sys/kernel/hostname").ok(),
+        std::fs::read_to_string("/proc/sys/kernel/random/uuid").unwrap_or_else(|_| std::process::id().to_string()),
+    );
     let core = Arc::new(Core::new(
         client.clone(),
         security,
@@ -385,8 +386,31 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
     Ok(())
 }
 
+/// This process's name in the leader-election Lease: the Pod's name (POD_NAME, else the hostname,
+/// which a Pod's is) and a random suffix, as controller-runtime names it. The suffix keeps two
+/// replicas, or a container and its restarted self, from ever taking each other for the holder.
+fn election_identity(pod_name: Option<String>, hostname: Option<String>, random: String) -> String {
+    let base = [pod_name, hostname]
+        .into_iter()
+        .flatten()
+        .map(|s| s.trim().to_owned())
+        .find(|s| !s.is_empty())
+        .unwrap_or_else(|| "csi-addons-manager".to_owned());
+    format!("{base}_{}", random.trim())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn two_processes_of_one_pod_or_host_never_share_an_identity() {
+        let a = super::election_identity(None, Some("manager-7d9\n".into()), "1f0e\n".into());
+        let b = super::election_identity(None, Some("manager-7d9\n".into()), "9c2a\n".into());
+        assert_eq!(a, "manager-7d9_1f0e");
+        assert_ne!(a, b);
+        assert_eq!(super::election_identity(Some("pod-x".into()), Some("host".into()), "u".into()), "pod-x_u");
+        assert_eq!(super::election_identity(Some(String::new()), None, "u".into()), "csi-addons-manager_u");
+    }
+
     #[test]
     fn go_listen_addresses() {
         assert_eq!(super::listen_address(":8081"), "0.0.0.0:8081");

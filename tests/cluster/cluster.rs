@@ -1,0 +1,54 @@
+//! Reaching the one-node cluster: its admin kubeconfig (CLUSTER_KUBECONFIG, set by
+//! `make test-cluster`) and what the installs put where.
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, LogParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+pub const MANAGER_NAMESPACE: &str = "csi-addons-system";
+pub const DRIVER_NAMESPACE: &str = "csi-addons-reference";
+pub const MANAGER_SELECTOR: &str = "app.kubernetes.io/name=csi-addons,control-plane=controller-manager";
+pub const NODE_PLUGIN_SELECTOR: &str = "app.kubernetes.io/name=reference-driver,app.kubernetes.io/component=node";
+pub const CONTROLLER_PLUGIN_SELECTOR: &str =
+    "app.kubernetes.io/name=reference-driver,app.kubernetes.io/component=controller";
+/// What a workload's Pod and its volume take, at most, on this node.
+pub const POD_START: Duration = Duration::from_secs(180);
+
+pub async fn client() -> Client {
+    let path = std::env::var("CLUSTER_KUBECONFIG")
+        .expect("CLUSTER_KUBECONFIG is unset: run these with `make test-cluster`, which starts the cluster");
+    let kubeconfig = Kubeconfig::read_from(&path).expect("the cluster's kubeconfig");
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
+    Client::try_from(config).unwrap()
+}
+
+/// The running Pods `selector` picks in `namespace`.
+pub async fn running_pods(client: &Client, namespace: &str, selector: &str) -> Vec<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let list = pods.list(&ListParams::default().labels(selector)).await.unwrap();
+    list.items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .collect()
+}
+
+/// Whether every container of `pod` is ready (the kubelet's probes passed).
+pub fn ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The log of one container of a Pod.
+pub async fn logs(client: &Client, namespace: &str, pod: &str, container: &str) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    pods.logs(pod, &LogParams { container: Some(container.into()), ..LogParams::default() }).await.unwrap_or_default()
+}
+
+pub fn name(pod: &Pod) -> String {
+    pod.metadata.name.clone().unwrap_or_default()
+}

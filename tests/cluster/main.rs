@@ -1,0 +1,9 @@
+//! The product in real Pods on the one-node cluster (hack/cluster.sh): images built here, the
+//! release YAMLs and the reference driver's manifests installed as users install them, a kubelet
+//! making the CSI calls. `make test-cluster` starts the cluster, installs, runs these inside the
+//! cluster's network namespace (they reach Pods and Services) and removes every trace. Without a
+//! cluster they are ignored.
+mod cluster;
+mod driver_pods;
+mod failover;
+mod manager_pods;
