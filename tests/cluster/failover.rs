@@ -23,7 +23,9 @@ async fn deleting_the_manager_pod_mid_batch_loses_no_job() {
         let job: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "csiaddons.openshift.io/v1alpha1", "kind": "ReclaimSpaceJob",
             "metadata": {"name": format!("batch-{i}"), "labels": {"batch": "failover"}},
-            "spec": {"target": {"persistentVolumeClaim": "batch"}}
+            // All on one volume, so most collide with another in flight and retry (the driver
+            // answers ABORTED); a two-minute deadline keeps the retries' tail short.
+            "spec": {"target": {"persistentVolumeClaim": "batch"}, "retryDeadlineSeconds": 120}
         }))
         .unwrap();
         jobs.create(&PostParams::default(), &job).await.unwrap();
