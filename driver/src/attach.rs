@@ -60,13 +60,13 @@ fn decide_publish(
             volume.id, request.node_id
         )));
     }
-    if !multi_node(mode) {
-        if let Some(other) = volume.published_nodes.keys().next() {
-            return Err(Status::failed_precondition(format!(
-                "volume {} is attached to node {other}, and its access mode allows one node",
-                volume.id
-            )));
-        }
+    if !multi_node(mode)
+        && let Some(other) = volume.published_nodes.keys().next()
+    {
+        return Err(Status::failed_precondition(format!(
+            "volume {} is attached to node {other}, and its access mode allows one node",
+            volume.id
+        )));
     }
     Ok(Publish::Attach)
 }
@@ -89,10 +89,10 @@ pub async fn publish(
     driver
         .update(|state| {
             let volume = state.volumes.get(&request.volume_id).ok_or_else(|| not_found(&request.volume_id))?;
-            if decide_publish(state, volume, &request)? == Publish::Attach {
-                if let Some(volume) = state.volumes.get_mut(&request.volume_id) {
-                    volume.published_nodes.insert(request.node_id.clone(), request.readonly);
-                }
+            if decide_publish(state, volume, &request)? == Publish::Attach
+                && let Some(volume) = state.volumes.get_mut(&request.volume_id)
+            {
+                volume.published_nodes.insert(request.node_id.clone(), request.readonly);
             }
             Ok(())
         })

@@ -128,12 +128,12 @@ where
                 continue;
             }
         }
-        if flags & END_HEADERS != 0 {
-            if let Some((stream, end_stream, block)) = pending.take() {
-                let headers = decoder.decode(&block).map_err(RelayError::Hpack)?;
-                let block = encoder.encode(with_local_authority(&headers));
-                to.write_all(&frames(stream, end_stream, &block)).await?;
-            }
+        if flags & END_HEADERS != 0
+            && let Some((stream, end_stream, block)) = pending.take()
+        {
+            let headers = decoder.decode(&block).map_err(RelayError::Hpack)?;
+            let block = encoder.encode(with_local_authority(&headers));
+            to.write_all(&frames(stream, end_stream, &block)).await?;
         }
         to.flush().await?;
     }

@@ -4,10 +4,10 @@
 //! controller-side.
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
-use kube::Client;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use testenv::poll;
 
 use crate::cluster::{self, CONTROLLER_PLUGIN_SELECTOR, DRIVER_NAMESPACE, NODE_PLUGIN_SELECTOR};
@@ -65,7 +65,9 @@ async fn the_plugin_is_registered_and_every_sidecar_connected_through_its_pod() 
 /// A PVC of the driver's StorageClass and a Pod writing 16 MiB to it and deleting them again.
 pub async fn workload(client: &Client, name: &str) -> Pod {
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    let _ = namespaces.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": WORKLOADS}})).unwrap()).await;
+    let _ = namespaces
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": WORKLOADS}})).unwrap())
+        .await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), WORKLOADS);
     let claim = json!({
         "metadata": {"name": name},
@@ -95,9 +97,13 @@ async fn a_workloads_volume_is_attached_staged_published_and_reclaimed() {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), WORKLOADS);
     let pv = claims.get("app").await.unwrap().spec.and_then(|s| s.volume_name).unwrap();
     let attachments: Api<VolumeAttachment> = Api::all(client.clone());
-    let attached = attachments.list(&ListParams::default()).await.unwrap().items.into_iter().find(|a| {
-        a.spec.source.persistent_volume_name.as_deref() == Some(pv.as_str())
-    });
+    let attached = attachments
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|a| a.spec.source.persistent_volume_name.as_deref() == Some(pv.as_str()));
     let attached = attached.expect("the attach-detach controller made a VolumeAttachment");
     assert_eq!(attached.spec.attacher, DRIVER);
     assert_eq!(attached.status.map(|s| s.attached), Some(true), "csi-attacher attached it (ControllerPublishVolume)");

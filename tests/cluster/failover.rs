@@ -53,10 +53,9 @@ async fn deleting_the_manager_pod_mid_batch_loses_no_job() {
         let status = &job.data["status"];
         match status["result"].as_str() {
             Some("Succeeded") => {}
-            Some("Failed") => assert!(
-                status["message"].as_str().is_some_and(|m| !m.is_empty()),
-                "a failed job says why: {status}"
-            ),
+            Some("Failed") => {
+                assert!(status["message"].as_str().is_some_and(|m| !m.is_empty()), "a failed job says why: {status}")
+            }
             other => panic!("unknown result {other:?}: {status}"),
         }
     }
@@ -77,9 +76,8 @@ async fn a_deleted_node_plugin_pod_comes_back_and_its_sidecar_connects_again() {
     .await
     .expect("the DaemonSet brings the node plugin back");
     let endpoint = format!("pod://{new}.{DRIVER_NAMESPACE}:9070");
-    let connected = poll::until(poll::MINUTE, async || {
-        connected_nodes(&client).await.into_iter().find(|(_, e)| *e == endpoint)
-    })
-    .await;
+    let connected =
+        poll::until(poll::MINUTE, async || connected_nodes(&client).await.into_iter().find(|(_, e)| *e == endpoint))
+            .await;
     assert!(connected.is_some(), "the new sidecar re-registers and is Connected at {endpoint}");
 }

@@ -54,7 +54,9 @@ async fn the_manager_runs_restricted_ready_and_leading() {
 async fn metrics_through_the_service_need_a_token_bound_to_metrics_reader() {
     let client = cluster::client().await;
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    let _ = namespaces.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": SCRAPERS}})).unwrap()).await;
+    let _ = namespaces
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": SCRAPERS}})).unwrap())
+        .await;
     let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
     let binding = json!({
         "metadata": {"name": "test-metrics-reader"},
@@ -89,7 +91,9 @@ async fn metrics_through_the_service_need_a_token_bound_to_metrics_reader() {
 /// the token is requested bound to that Pod.
 async fn pod_token(client: &Client, account: &str) -> String {
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), SCRAPERS);
-    let _ = accounts.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": account}})).unwrap()).await;
+    let _ = accounts
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": account}})).unwrap())
+        .await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), SCRAPERS);
     let pod = json!({
         "metadata": {"name": account},

@@ -337,11 +337,8 @@ fn the_service_monitor_scrapes_a_port_the_metrics_service_has() {
 fn check_dockerfile(path: &Path, runtime: &str, user: Option<u32>) {
     let text = std::fs::read_to_string(path).unwrap();
     let what = path.display();
-    let args: std::collections::HashMap<&str, &str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("ARG "))
-        .filter_map(|a| a.split_once('='))
-        .collect();
+    let args: std::collections::HashMap<&str, &str> =
+        text.lines().filter_map(|l| l.strip_prefix("ARG ")).filter_map(|a| a.split_once('=')).collect();
     let mut stages: Vec<&str> = Vec::new();
     let mut last_base = "";
     for line in text.lines().filter_map(|l| l.strip_prefix("FROM ")) {
@@ -369,7 +366,8 @@ fn check_dockerfile(path: &Path, runtime: &str, user: Option<u32>) {
         Some(uid) => {
             let set = final_stage.lines().filter_map(|l| l.strip_prefix("USER ")).next_back();
             let set = set.unwrap_or_else(|| panic!("{what}: no USER"));
-            let n: u32 = set.split(':').next().unwrap().parse().unwrap_or_else(|_| panic!("{what}: USER {set} is not numeric"));
+            let n: u32 =
+                set.split(':').next().unwrap().parse().unwrap_or_else(|_| panic!("{what}: USER {set} is not numeric"));
             assert_eq!(n, uid, "{what}: USER");
         }
         None => assert!(!final_stage.contains("\nUSER "), "{what}: runs as root, as drivers' sockets and mounts need"),
@@ -381,7 +379,10 @@ fn check_dockerfile(path: &Path, runtime: &str, user: Option<u32>) {
     let built: Vec<&str> = words.windows(2).filter(|w| w[0] == "--bin").map(|w| w[1]).collect();
     let cargo = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
     assert!(cargo.contains(&format!("[profile.{profile}]")), "{what}: no profile {profile}");
-    let install = text.lines().find(|l| l.contains("install -D -t /out")).unwrap_or_else(|| panic!("{what}: nothing put in /out"));
+    let install = text
+        .lines()
+        .find(|l| l.contains("install -D -t /out"))
+        .unwrap_or_else(|| panic!("{what}: nothing put in /out"));
     let installed: Vec<&str> = install.split_whitespace().filter(|w| w.starts_with("target/")).collect();
     for path in &installed {
         let bin = path.rsplit('/').next().unwrap();
