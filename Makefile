@@ -86,14 +86,16 @@ test-cluster: ship-binaries ## The product in real Pods: a fresh one-node cluste
 	hack/cluster-install.sh driver $(IMAGE_TAG); \
 	hack/cluster.sh exec $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1
 
-CONTAINER_ENGINE ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
 IMAGE_REGISTRY ?= ghcr.io/csi-addons-rs
 IMAGE_TAG ?= v$(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 
-docker-build: ## Build the manager and sidecar images (static binaries on scratch, non-root) with docker or podman
-	@if [ -z "$(CONTAINER_ENGINE)" ]; then echo "docker-build: no container engine found (docker or podman); set CONTAINER_ENGINE" >&2; exit 1; fi
-	$(CONTAINER_ENGINE) build -f build/manager.Dockerfile -t $(IMAGE_REGISTRY)/csi-addons-manager:$(IMAGE_TAG) .
-	$(CONTAINER_ENGINE) build -f build/sidecar.Dockerfile -t $(IMAGE_REGISTRY)/csi-addons-sidecar:$(IMAGE_TAG) .
+# BUILD_ARGS go to every image build: `BUILD_ARGS="--build-arg BINARIES=<image>"` takes the binaries
+# from an image holding them in /out instead of compiling them in the Rust image (see build/*.Dockerfile).
+docker-build: ## Build the manager, sidecar and reference-driver images with docker, podman or buildah, whichever works here (CONTAINER_ENGINE to choose)
+	@engine="$$(hack/container-engine.sh)" && set -x && \
+	$$engine build $(BUILD_ARGS) -f build/manager.Dockerfile -t $(IMAGE_REGISTRY)/csi-addons-manager:$(IMAGE_TAG) . && \
+	$$engine build $(BUILD_ARGS) -f build/sidecar.Dockerfile -t $(IMAGE_REGISTRY)/csi-addons-sidecar:$(IMAGE_TAG) . && \
+	$$engine build $(BUILD_ARGS) -f build/driver.Dockerfile -t $(IMAGE_REGISTRY)/reference-driver:$(IMAGE_TAG) .
 
 kustomize-build: ## Render config/default (kustomize built once from the Go module proxy)
 	@"$$(hack/kustomize.sh)" build config/default
@@ -118,9 +120,8 @@ bundle: ## Regenerate bundle/ and bundle.Dockerfile from config/manifests (opera
 bundle-validate: ## Validate bundle/ with operator-sdk (operatorframework suite) and scorecard's static tests
 	hack/bundle-validate.sh
 
-bundle-build: ## Build the bundle image with docker or podman
-	@if [ -z "$(CONTAINER_ENGINE)" ]; then echo "bundle-build: no container engine found (docker or podman); set CONTAINER_ENGINE" >&2; exit 1; fi
-	$(CONTAINER_ENGINE) build -f bundle.Dockerfile -t $(BUNDLE_IMAGE) .
+bundle-build: ## Build the bundle image with docker, podman or buildah, whichever works here
+	@engine="$$(hack/container-engine.sh)" && set -x && $$engine build -f bundle.Dockerfile -t $(BUNDLE_IMAGE) .
 
 HELM_NAMESPACE ?= csi-addons-system
 

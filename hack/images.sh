@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the product's images from build/*.Dockerfile and pushes them, with the Kubernetes CSI sidecars
+# Builds the product's images from build/*.Dockerfile and bundle.Dockerfile and pushes them, with the Kubernetes CSI sidecars
 # built here, to the one-node cluster's registry:
 #   hack/images.sh SHIP_DIR TAG
 # SHIP_DIR holds the binaries of `make ship-binaries`. The Dockerfiles' final stages are built as
@@ -46,6 +46,10 @@ for image in manager:csi-addons-manager sidecar:csi-addons-sidecar driver:refere
   push "localhost/${image#*:}:$tag"
 done
 
+# The OLM bundle (bundle.Dockerfile: manifests and metadata on scratch).
+bh bud --quiet --layers=false -f bundle.Dockerfile -t "localhost/csi-addons-bundle:$tag" . >/dev/null
+push "localhost/csi-addons-bundle:$tag"
+
 # The Kubernetes CSI sidecars: one static binary each on scratch, run as root as their own images
 # are (the driver's socket is root's).
 sidecars=$("$here/csi-sidecars.sh")
@@ -57,4 +61,4 @@ for name in csi-provisioner csi-attacher csi-resizer; do
   bh commit --quiet --rm "$c" "localhost/$name:$version" >/dev/null
   push "localhost/$name:$version"
 done
-log "images in $REGISTRY: csi-addons-manager, csi-addons-sidecar, reference-driver ($tag); csi-provisioner, csi-attacher, csi-resizer"
+log "images in $REGISTRY: csi-addons-manager, csi-addons-sidecar, reference-driver, csi-addons-bundle ($tag); csi-provisioner, csi-attacher, csi-resizer"
