@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: cluster-up cluster-down cluster-install test-cluster ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
+.PHONY: demo-cluster cluster-up cluster-down cluster-install test-cluster ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
 
 all: build
 
@@ -74,6 +74,12 @@ cluster-down: ## Stop the one-node cluster and remove every trace of it (process
 cluster-install: ## Install deploy/controller/ and deploy/reference-driver/ into the running cluster, images from its registry
 	hack/cluster-install.sh controller $(IMAGE_TAG)
 	hack/cluster-install.sh driver $(IMAGE_TAG)
+
+demo-cluster: ## make demo's story in real Pods, on a fresh `make cluster-up`: installs deploy/controller/ and deploy/reference-driver/, then prints each step's measured effect and time
+	$(CARGO) test --locked -p integration-tests --test cluster --no-run
+	hack/cluster-install.sh controller $(IMAGE_TAG)
+	hack/cluster-install.sh driver $(IMAGE_TAG)
+	hack/cluster.sh exec $(CARGO) test --offline --locked -q -p integration-tests --test cluster story -- --ignored --nocapture --test-threads=1
 
 test-cluster: ship-binaries ## The product in real Pods: a fresh one-node cluster, the release YAMLs and the driver installed, tests/cluster run inside its network namespace, then everything removed (and checked)
 	$(CARGO) test --locked -p integration-tests --test cluster --no-run

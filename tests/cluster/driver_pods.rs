@@ -13,7 +13,7 @@ use testenv::poll;
 use crate::cluster::{self, CONTROLLER_PLUGIN_SELECTOR, DRIVER_NAMESPACE, NODE_PLUGIN_SELECTOR};
 
 pub const DRIVER: &str = "reference.csi-addons-rs.io";
-const WORKLOADS: &str = "workloads";
+pub const WORKLOADS: &str = "workloads";
 
 pub fn csiaddons(client: &Client, kind: &str, namespace: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("csiaddons.openshift.io", "v1alpha1", kind);
@@ -62,15 +62,30 @@ async fn the_plugin_is_registered_and_every_sidecar_connected_through_its_pod() 
     }
 }
 
-/// A PVC of the driver's StorageClass and a Pod writing 16 MiB to it and deleting them again.
+/// A PVC of the driver's StorageClass and a Pod writing 16 MiB to it and deleting them again, once
+/// the Pod runs.
 pub async fn workload(client: &Client, name: &str) -> Pod {
+    workload_labelled(client, name, None).await
+}
+
+/// [`workload`] with a label on the PVC.
+pub async fn workload_labelled(client: &Client, name: &str, label: Option<(&str, &str)>) -> Pod {
+    start_workload(client, name, label).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), WORKLOADS);
+    poll::until(cluster::POD_START, async || pods.get(name).await.ok().filter(cluster::ready))
+        .await
+        .unwrap_or_else(|| panic!("the workload {name} starts with its volume mounted"))
+}
+
+/// Creates the PVC and the Pod of [`workload`] without waiting for them.
+pub async fn start_workload(client: &Client, name: &str, label: Option<(&str, &str)>) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    let _ = namespaces
-        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": WORKLOADS}})).unwrap())
-        .await;
+    let namespace = json!({"metadata": {"name": WORKLOADS}});
+    let _ = namespaces.create(&PostParams::default(), &serde_json::from_value(namespace).unwrap()).await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), WORKLOADS);
+    let labels = label.map(|(k, v)| json!({k: v})).unwrap_or_else(|| json!({}));
     let claim = json!({
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": labels},
         "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "reference-csi",
                  "resources": {"requests": {"storage": "64Mi"}}}
     });
@@ -84,9 +99,6 @@ pub async fn workload(client: &Client, name: &str) -> Pod {
           "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": name}}]}
     });
     pods.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
-    poll::until(cluster::POD_START, async || pods.get(name).await.ok().filter(cluster::ready))
-        .await
-        .unwrap_or_else(|| panic!("the workload {name} starts with its volume mounted"))
 }
 
 #[tokio::test]

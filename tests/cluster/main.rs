@@ -7,3 +7,4 @@ mod cluster;
 mod driver_pods;
 mod failover;
 mod manager_pods;
+mod story;
