@@ -90,7 +90,7 @@ test-cluster: ship-binaries ## The product in real Pods: a fresh one-node cluste
 	hack/images.sh $(SHIP_DIR) $(IMAGE_TAG); \
 	hack/cluster-install.sh controller $(IMAGE_TAG); \
 	hack/cluster-install.sh driver $(IMAGE_TAG); \
-	hack/cluster.sh exec $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1
+	HELM="$$(hack/helm.sh)"; hack/cluster.sh exec env HELM="$$HELM" $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1
 
 IMAGE_REGISTRY ?= ghcr.io/csi-addons-rs
 IMAGE_TAG ?= v$(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)

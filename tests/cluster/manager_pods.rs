@@ -13,7 +13,7 @@ use testenv::poll;
 use crate::cluster::{self, MANAGER_NAMESPACE, MANAGER_SELECTOR};
 
 const LEASE: &str = "e8cd140a.openshift.io";
-const SCRAPERS: &str = "metrics-scrapers";
+pub const SCRAPERS: &str = "metrics-scrapers";
 
 #[tokio::test]
 #[ignore = "needs the one-node cluster: make test-cluster"]
@@ -89,7 +89,10 @@ async fn metrics_through_the_service_need_a_token_bound_to_metrics_reader() {
 
 /// The token the kubelet would mount in a Pod of ServiceAccount `account`: a Pod of it runs, and
 /// the token is requested bound to that Pod.
-async fn pod_token(client: &Client, account: &str) -> String {
+pub async fn pod_token(client: &Client, account: &str) -> String {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespace = json!({"metadata": {"name": SCRAPERS}});
+    let _ = namespaces.create(&PostParams::default(), &serde_json::from_value(namespace).unwrap()).await;
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), SCRAPERS);
     let _ = accounts
         .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": account}})).unwrap())
@@ -126,7 +129,7 @@ async fn pod_token(client: &Client, account: &str) -> String {
 
 /// GET /metrics at `url` with `token`, the serving certificate not verified (the manager makes its
 /// own when none is given, as upstream's does).
-async fn scrape(url: &str, token: &str) -> Result<String, kube::Error> {
+pub async fn scrape(url: &str, token: &str) -> Result<String, kube::Error> {
     let mut config = Config::new(url.parse().unwrap());
     config.auth_info.token = Some(token.to_owned().into());
     config.accept_invalid_certs = true;
