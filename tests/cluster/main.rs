@@ -6,5 +6,6 @@
 mod cluster;
 mod driver_pods;
 mod failover;
+mod helm;
 mod manager_pods;
 mod story;
