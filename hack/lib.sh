@@ -14,13 +14,23 @@ log() { printf '[hack] %s\n' "$*" >&2; }
 # Downloads the module through the Go module proxy into the Go module cache (once) and prints the
 # directory it is unpacked in.
 go_module_dir() {
-  local scratch dir
-  scratch=$(mktemp -d "${TMPDIR:-/tmp}/csi-addons-gomod.XXXXXX")
-  dir=$(cd "$scratch" && go mod init local/module >/dev/null 2>&1 && go mod download -json "$1" \
-    | sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')
-  rm -rf "$scratch"
+  local dir
+  dir=$(go_download_field "$1" Dir)
   [ -d "$dir" ] || { log "go mod download $1 gave no directory"; return 1; }
   echo "$dir"
+}
+
+# go_mod_file MODULE@VERSION: the path of the module's go.mod, as the proxy serves it.
+go_mod_file() { go_download_field "$1" GoMod; }
+
+# go_download_field MODULE@VERSION FIELD: one field of `go mod download -json` for the module.
+go_download_field() {
+  local scratch value
+  scratch=$(mktemp -d "${TMPDIR:-/tmp}/csi-addons-gomod.XXXXXX")
+  value=$(cd "$scratch" && go mod init local/module >/dev/null 2>&1 && go mod download -json "$1" \
+    | sed -n "s/^\s*\"$2\": \"\(.*\)\",\?\$/\1/p")
+  rm -rf "$scratch"
+  echo "$value"
 }
 
 # go_wrapper_build OUTDIR MODULE@VERSION [LDFLAGS] PACKAGE...
@@ -57,12 +67,9 @@ go_wrapper_build() {
 # the go.mod the proxy serves. The version ldflags make the binaries report KUBERNETES_VERSION.
 kubernetes_build() {
   local outdir=$1; shift
-  local staging="v0.${KUBERNETES_VERSION#v1.}" minor="${KUBERNETES_VERSION#v1.}" scratch gomod m ldf
+  local staging="v0.${KUBERNETES_VERSION#v1.}" minor="${KUBERNETES_VERSION#v1.}" gomod m ldf
   minor="${minor%%.*}"
-  scratch=$(mktemp -d "${TMPDIR:-/tmp}/csi-addons-gomod.XXXXXX")
-  gomod=$(cd "$scratch" && go mod init local/x >/dev/null 2>&1 && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" \
-    | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-  rm -rf "$scratch"
+  gomod=$(go_mod_file "k8s.io/kubernetes@$KUBERNETES_VERSION")
   GO_MOD_EDITS=()
   for m in $(sed -n 's#^\s*\(k8s\.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$gomod"); do
     GO_MOD_EDITS+=("-replace=$m=$m@$staging")
@@ -102,10 +109,7 @@ cached_go_tool() {
 # Prints the module's own go.mod `replace` lines (those naming a version) as `go mod edit` arguments:
 # a wrapper module must repeat them, or `go get` resolves other versions than the module was built with.
 module_replaces() {
-  local scratch gomod
-  scratch=$(mktemp -d "${TMPDIR:-/tmp}/csi-addons-gomod.XXXXXX")
-  gomod=$(cd "$scratch" && go mod init local/x >/dev/null 2>&1 && go mod download -json "$1" \
-    | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-  rm -rf "$scratch"
+  local gomod
+  gomod=$(go_mod_file "$1")
   sed -n 's#^\(replace \)\?\s*\([^ ]*\) => \([^ .][^ ]*\) \(v[^ ]*\)$#-replace=\2=\3@\4#p' "$gomod"
 }
