@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: demo-cluster cluster-up cluster-down cluster-install test-cluster ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
+.PHONY: test-olm demo-cluster cluster-up cluster-down cluster-install test-cluster ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
 
 all: build
 
@@ -72,13 +72,13 @@ cluster-down: ## Stop the one-node cluster and remove every trace of it (process
 	hack/cluster.sh down
 
 cluster-install: ## Install deploy/controller/ and deploy/reference-driver/ into the running cluster, images from its registry
-	hack/cluster-install.sh controller $(IMAGE_TAG)
-	hack/cluster-install.sh driver $(IMAGE_TAG)
+	hack/cluster-install.sh controller
+	hack/cluster-install.sh driver
 
 demo-cluster: ## make demo's story in real Pods, on a fresh `make cluster-up`: installs deploy/controller/ and deploy/reference-driver/, then prints each step's measured effect and time
 	$(CARGO) test --locked -p integration-tests --test cluster --no-run
-	hack/cluster-install.sh controller $(IMAGE_TAG)
-	hack/cluster-install.sh driver $(IMAGE_TAG)
+	hack/cluster-install.sh controller
+	hack/cluster-install.sh driver
 	hack/cluster.sh exec $(CARGO) test --offline --locked -q -p integration-tests --test cluster story -- --ignored --nocapture --test-threads=1
 
 test-cluster: ship-binaries ## The product in real Pods: a fresh one-node cluster, the release YAMLs and the driver installed, tests/cluster run inside its network namespace, then everything removed (and checked)
@@ -88,9 +88,18 @@ test-cluster: ship-binaries ## The product in real Pods: a fresh one-node cluste
 	@trap 'hack/cluster.sh down || exit 1' EXIT; set -e; \
 	hack/cluster.sh up; \
 	hack/images.sh $(SHIP_DIR) $(IMAGE_TAG); \
-	hack/cluster-install.sh controller $(IMAGE_TAG); \
-	hack/cluster-install.sh driver $(IMAGE_TAG); \
-	HELM="$$(hack/helm.sh)"; hack/cluster.sh exec env HELM="$$HELM" $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1
+	hack/cluster-install.sh controller; \
+	hack/cluster-install.sh driver; \
+	HELM="$$(hack/helm.sh)"; hack/cluster.sh exec env HELM="$$HELM" $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1 --skip olm::
+
+test-olm: ship-binaries ## OLM for real: a fresh one-node cluster with OLM v0.33.0 (hack/olm.sh), the bundle installed by operator-sdk as the README says, then everything removed (and checked)
+	$(CARGO) test --locked -p integration-tests --test cluster --no-run
+	@hack/cluster.sh check || { echo "test-olm: a cluster is running or left traces; make cluster-down first" >&2; exit 1; }
+	@trap 'hack/cluster.sh down || exit 1' EXIT; set -e; \
+	hack/cluster.sh up; \
+	hack/images.sh $(SHIP_DIR) $(IMAGE_TAG); \
+	hack/olm.sh up; \
+	SDK="$$(hack/operator-sdk.sh)"; hack/cluster.sh exec env OPERATOR_SDK_DIR="$$SDK" $(CARGO) test --offline --locked -p integration-tests --test cluster olm:: -- --ignored --test-threads=1 --nocapture
 
 IMAGE_REGISTRY ?= ghcr.io/csi-addons-rs
 IMAGE_TAG ?= v$(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)

@@ -11,7 +11,11 @@
 # Inside the namespace: a bridge with no ports, `node0`, holds the node's address (10.250.0.1), a default
 # route points at it (so nothing can leave), the bridge `cni0` (10.244.0.0/24) holds the Pods, and
 # kube-proxy (iptables) routes Services (10.96.0.0/24; DNS at 10.96.0.10). The registry listens on
-# 127.0.0.1:5000 inside the namespace, where containerd pulls from.
+# 10.250.0.1:5000 (HTTPS, its certificate from the cluster's CA, which `exec` names in CLUSTER_CA_FILE),
+# reached by that name from containerd and from Pods. containerd mirrors quay.io,
+# docker.io, ghcr.io and registry.k8s.io from it (an image is pushed under its whole name, for example
+# 10.250.0.1:5000/ghcr.io/csi-addons-rs/csi-addons-manager:v0.1.0), so manifests are applied as shipped
+# (registry.access.redhat.com too, for hack/olm.sh).
 #
 # Processes enter only the network namespace, not a mount namespace of their own: the kubelet's
 # mounts must be seen by containerd and the driver. Every mount lives under the state directory, and
@@ -29,7 +33,9 @@ POD_CIDR=10.244.0.0/24
 SERVICE_CIDR=10.96.0.0/24
 DNS_IP=10.96.0.10
 API_PORT=6443
-REGISTRY=127.0.0.1:5000
+REGISTRY=$CLUSTER_REGISTRY
+# The registries containerd takes from REGISTRY instead.
+MIRRORED="quay.io docker.io ghcr.io registry.k8s.io registry.access.redhat.com"
 # The kubelet's directory where every cluster has it: the shipped manifests mount it by this path.
 KUBELET_DIR=/var/lib/kubelet
 # Host-wide sysctls the kubelet sets at start; `down` puts back what they were.
@@ -77,12 +83,25 @@ pki() {
     "$NODE_IP" >"$d/apiserver.ext"
   openssl x509 -req -in "$d/apiserver.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial -days 2 \
     -extfile "$d/apiserver.ext" -out "$d/apiserver.crt" 2>/dev/null
+  # The registry's: HTTPS, as registries are (operator-sdk reads an index image over HTTPS only).
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=registry" -keyout "$d/registry.key" -out "$d/registry.csr" 2>/dev/null
+  printf 'subjectAltName=IP:%s\nextendedKeyUsage=serverAuth\n' "${REGISTRY%:*}" >"$d/registry.ext"
+  openssl x509 -req -in "$d/registry.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial -days 2 \
+    -extfile "$d/registry.ext" -out "$d/registry.crt" 2>/dev/null
   # One admin identity for the node's components: they are test peers, not what is tested.
   openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=cluster-admin" -keyout "$d/admin.key" -out "$d/admin.csr" 2>/dev/null
   # An extension makes it an X.509 v3 certificate: rustls (the test code's client) accepts no other.
   printf 'extendedKeyUsage=clientAuth\n' >"$d/admin.ext"
   openssl x509 -req -in "$d/admin.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial -days 2 \
     -extfile "$d/admin.ext" -out "$d/admin.crt" 2>/dev/null
+  # The aggregation layer (OLM's package server): a CA of its own for the identity the API server
+  # proxies with, which aggregated servers trust through extension-apiserver-authentication.
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=csi-addons-cluster-front-proxy-ca" \
+    -keyout "$d/front-proxy-ca.key" -out "$d/front-proxy-ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=front-proxy-client" -keyout "$d/front-proxy-client.key" \
+    -out "$d/front-proxy-client.csr" 2>/dev/null
+  openssl x509 -req -in "$d/front-proxy-client.csr" -CA "$d/front-proxy-ca.crt" -CAkey "$d/front-proxy-ca.key" \
+    -CAcreateserial -days 2 -extfile "$d/admin.ext" -out "$d/front-proxy-client.crt" 2>/dev/null
   openssl genrsa -out "$d/sa.key" 2048 2>/dev/null
   openssl rsa -in "$d/sa.key" -pubout -out "$d/sa.pub" 2>/dev/null
   cat >"$STATE/kubeconfig" <<EOF
@@ -111,10 +130,23 @@ network() {
 configure_node() {
   mkdir -p "$STATE/containerd/certs.d/$REGISTRY" "$STATE/cni/conf" "$STATE/cni/networks" "$STATE/kubelet" "$STATE/pod-logs" "$STATE/registry"
   cat >"$STATE/containerd/certs.d/$REGISTRY/hosts.toml" <<EOF
-server = "http://$REGISTRY"
-[host."http://$REGISTRY"]
+server = "https://$REGISTRY"
+[host."https://$REGISTRY"]
   capabilities = ["pull", "resolve"]
+  ca = "$STATE/pki/ca.crt"
 EOF
+  local mirrored
+  for mirrored in $MIRRORED; do
+    mkdir -p "$STATE/containerd/certs.d/$mirrored"
+    # The real registry is out of reach from the namespace: a miss fails, it goes nowhere.
+    cat >"$STATE/containerd/certs.d/$mirrored/hosts.toml" <<EOF
+server = "https://$mirrored"
+[host."https://$REGISTRY/v2/$mirrored"]
+  capabilities = ["pull", "resolve"]
+  ca = "$STATE/pki/ca.crt"
+  override_path = true
+EOF
+  done
   cat >"$STATE/containerd/config.toml" <<EOF
 version = 3
 root = "$STATE/containerd/root"
@@ -189,7 +221,7 @@ EOF
   cat >"$STATE/registry.yaml" <<EOF
 version: 0.1
 storage: {filesystem: {rootdirectory: "$STATE/registry"}}
-http: {addr: "$REGISTRY"}
+http: {addr: "$REGISTRY", tls: {certificate: "$STATE/pki/registry.crt", key: "$STATE/pki/registry.key"}}
 log: {level: warn}
 EOF
 }
@@ -206,7 +238,11 @@ control_plane() {
     --secure-port=$API_PORT --bind-address=0.0.0.0 --advertise-address=$NODE_IP \
     --service-cluster-ip-range=$SERVICE_CIDR --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$d/sa.pub" --service-account-signing-key-file="$d/sa.key" \
-    --authorization-mode=Node,RBAC --allow-privileged=true --kubelet-preferred-address-types=InternalIP
+    --authorization-mode=Node,RBAC --allow-privileged=true --kubelet-preferred-address-types=InternalIP \
+    --requestheader-client-ca-file="$d/front-proxy-ca.crt" --requestheader-allowed-names=front-proxy-client \
+    --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
+    --requestheader-extra-headers-prefix=X-Remote-Extra- --proxy-client-cert-file="$d/front-proxy-client.crt" \
+    --proxy-client-key-file="$d/front-proxy-client.key" --enable-aggregator-routing=true
   wait_for kube-apiserver 60 kubectl get --raw /readyz
   start kube-controller-manager "$ASSETS/kube-controller-manager" --kubeconfig="$STATE/kubeconfig" \
     --bind-address=127.0.0.1 --leader-elect=false --root-ca-file="$d/ca.crt" \
@@ -219,7 +255,7 @@ node() {
   # The registry exports traces to localhost:4318 unless told not to.
   start registry env OTEL_TRACES_EXPORTER=none "$NODE/registry" serve "$STATE/registry.yaml"
   start containerd env PATH="$NODE:$PATH" "$NODE/containerd" --config "$STATE/containerd/config.toml"
-  wait_for registry 30 in_netns curl -sf "http://$REGISTRY/v2/"
+  wait_for registry 30 in_netns curl -sf --cacert "$STATE/pki/ca.crt" "https://$REGISTRY/v2/"
   push_image pause 1 "$NODE/pause" /pause
   wait_for containerd 30 test -S "$STATE/containerd/containerd.sock"
   start kubelet env PATH="$NODE:$PATH" "$NODE/kubelet" --config="$STATE/kubelet/config.yaml" \
@@ -252,13 +288,13 @@ push_image() {
 }
 
 # A busybox image (Debian's static build, every applet linked in /bin): the shell, httpd and wget
-# of the cluster's check Pods.
+# of the cluster's check Pods and the tests' (as docker.io/library/busybox:1.36.0: `busybox:1.36.0`).
 push_busybox() {
   local root applet; root=$(mktemp -d)
   mkdir -p "$root/bin"
   cp /bin/busybox "$root/bin/busybox"
   for applet in $(/bin/busybox --list); do [ -e "$root/bin/$applet" ] || ln -s busybox "$root/bin/$applet"; done
-  push_root busybox 1 "$root" /bin/sh
+  push_root docker.io/library/busybox 1.36.0 "$root" /bin/sh
   rm -rf "$root"
 }
 
@@ -274,7 +310,7 @@ EOF
 # and the bridge together).
 check_dns() {
   push_busybox
-  sed "s#@IMAGE@#$REGISTRY/busybox:1#" "$here/cluster/dns-check.yaml" | kubectl apply -f - >/dev/null
+  sed "s#@IMAGE@#busybox:1.36.0#" "$here/cluster/dns-check.yaml" | kubectl apply -f - >/dev/null
   wait_for kubelet 120 kubectl -n cluster-check wait --for=jsonpath='{.status.phase}'=Succeeded pod/client --timeout=1s || {
     kubectl -n cluster-check logs client >&2 || true
     kubectl -n cluster-check get pods,svc,endpointslices -o wide >&2 || true
@@ -344,9 +380,12 @@ cluster_mounts() {
   awk -v s="$STATE" -v k="$KUBELET_DIR" 'index($5, s "/") == 1 || $5 == s || index($5, k "/") == 1 || $5 == k { print $5 }' \
     /proc/self/mountinfo | sort -r
 }
+# A loop device the driver attached inside its container names its file from the root of the
+# container's bind mount of DRIVER_DIR (`/volumes/<id>.img`) once that mount is out of the host's
+# sight: those are the cluster's too.
 cluster_loops() {
   losetup -l -n -O NAME,BACK-FILE 2>/dev/null \
-    | awk -v s="$STATE" -v d="$DRIVER_DIR" 'index($2, s "/") == 1 || index($2, d "/") == 1 { print $1 }'
+    | awk -v s="$STATE" -v d="$DRIVER_DIR" 'index($2, s "/") == 1 || index($2, d "/") == 1 || $2 ~ /^\/volumes\/[0-9a-f]+\.img$/ { print $1 }'
 }
 
 down() {
@@ -405,6 +444,7 @@ case "${1:-}" in
     shift
     # shellcheck disable=SC1091
     . "$STATE/env"
-    PATH="$ASSETS:$NODE:$PATH" KUBECONFIG="$STATE/kubeconfig" CLUSTER_KUBECONFIG="$STATE/kubeconfig" in_netns "$@" ;;
+    PATH="$ASSETS:$NODE:$PATH" KUBECONFIG="$STATE/kubeconfig" CLUSTER_KUBECONFIG="$STATE/kubeconfig" \
+      CLUSTER_REGISTRY="$REGISTRY" CLUSTER_CA_FILE="$STATE/pki/ca.crt" in_netns "$@" ;;
   *) log "usage: hack/cluster.sh up|down|check|exec CMD..."; exit 2 ;;
 esac

@@ -6,21 +6,23 @@
 # users get them; their binaries come from an image holding SHIP_DIR's files in /out (BINARIES), and
 # the driver's root filesystem from debootstrap (BASE, hack/driver-base.sh): Docker Hub is out of
 # reach here. Builds with buildah (no daemon), its storage in the cache outside the clone with the vfs
-# driver, so it leaves no mounts behind. Pushing happens inside the cluster's network namespace,
-# where the registry listens on 127.0.0.1:5000.
+# driver, so it leaves no mounts behind. Pushing happens inside the cluster's network namespace, to
+# its registry, under the names the shipped manifests use (ghcr.io/csi-addons-rs/…,
+# registry.k8s.io/sig-storage/…), which the cluster's containerd mirrors from it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 . "$here/lib.sh"
 ship_dir=$1 tag=$2
 NETNS="${CLUSTER_NETNS:-csi-addons-cluster}"
-REGISTRY=127.0.0.1:5000
+REGISTRY=$CLUSTER_REGISTRY
 [ -e "/run/netns/$NETNS" ] || { log "no cluster is running (make cluster-up first)"; exit 1; }
 "$here/node-packages.sh"
 store="$CSI_ADDONS_CACHE/buildah"
 bh() { buildah --storage-driver vfs --root "$store/storage" --runroot "$store/run" "$@"; }
+# push IMAGE NAME: the local IMAGE to the registry as NAME (a whole name, such as ghcr.io/x/y:tag).
 push() { nsenter --net="/run/netns/$NETNS" -- buildah --storage-driver vfs --root "$store/storage" --runroot "$store/run" \
-  push --quiet --tls-verify=false "$1" "docker://$REGISTRY/${1#localhost/}" >/dev/null; }
+  push --quiet --tls-verify=false "$1" "docker://$REGISTRY/$2" >/dev/null; }
 
 # image_of NAME FILE...: an image of FILEs in /out (the Dockerfiles' BINARIES).
 image_of() {
@@ -43,12 +45,12 @@ for image in manager:csi-addons-manager sidecar:csi-addons-sidecar driver:refere
   bh bud --quiet --layers=false --build-arg BINARIES=localhost/csi-addons-binaries:"$tag" \
     --build-arg BASE=localhost/reference-driver-base:bookworm \
     -f "build/${image%%:*}.Dockerfile" -t "localhost/${image#*:}:$tag" . >/dev/null
-  push "localhost/${image#*:}:$tag"
+  push "localhost/${image#*:}:$tag" "ghcr.io/csi-addons-rs/${image#*:}:$tag"
 done
 
 # The OLM bundle (bundle.Dockerfile: manifests and metadata on scratch).
 bh bud --quiet --layers=false -f bundle.Dockerfile -t "localhost/csi-addons-bundle:$tag" . >/dev/null
-push "localhost/csi-addons-bundle:$tag"
+push "localhost/csi-addons-bundle:$tag" "ghcr.io/csi-addons-rs/csi-addons-bundle:$tag"
 
 # The Kubernetes CSI sidecars: one static binary each on scratch, run as root as their own images
 # are (the driver's socket is root's).
@@ -59,6 +61,6 @@ for name in csi-provisioner csi-attacher csi-resizer; do
   bh copy --quiet "$c" "$(readlink -f "$sidecars/$name")" "/$name" >/dev/null
   bh config --entrypoint "[\"/$name\"]" "$c"
   bh commit --quiet --rm "$c" "localhost/$name:$version" >/dev/null
-  push "localhost/$name:$version"
+  push "localhost/$name:$version" "registry.k8s.io/sig-storage/$name:$version"
 done
-log "images in $REGISTRY: csi-addons-manager, csi-addons-sidecar, reference-driver, csi-addons-bundle ($tag); csi-provisioner, csi-attacher, csi-resizer"
+log "images in $REGISTRY: ghcr.io/csi-addons-rs/{csi-addons-manager,csi-addons-sidecar,reference-driver,csi-addons-bundle}:$tag; registry.k8s.io/sig-storage/{csi-provisioner,csi-attacher,csi-resizer}"

@@ -8,6 +8,10 @@ CSI_ADDONS_CACHE="${CSI_ADDONS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/csi-addons
 ETCD_VERSION="${ETCD_VERSION:-v3.6.5}"
 KUBERNETES_VERSION="${KUBERNETES_VERSION:-v1.34.2}"
 
+# The one-node cluster's registry (hack/cluster.sh): on the node's address inside the cluster's network
+# namespace, so containerd and Pods reach it by the same name.
+CLUSTER_REGISTRY=10.250.0.1:5000
+
 log() { printf '[hack] %s\n' "$*" >&2; }
 
 # go_module_dir MODULE@VERSION
@@ -111,5 +115,5 @@ cached_go_tool() {
 module_replaces() {
   local gomod
   gomod=$(go_mod_file "$1")
-  sed -n 's#^\(replace \)\?\s*\([^ ]*\) => \([^ .][^ ]*\) \(v[^ ]*\)$#-replace=\2=\3@\4#p' "$gomod"
+  sed -e 's#\s*//.*$##' "$gomod" | sed -n 's#^\(replace \)\?\s*\([^ ]*\) => \([^ .][^ ]*\) \(v[^ ]*\)$#-replace=\2=\3@\4#p'
 }

@@ -2,10 +2,12 @@
 //! `make test-cluster`) and what the installs put where.
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, LogParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use testenv::poll;
 
 pub const MANAGER_NAMESPACE: &str = "csi-addons-system";
 pub const DRIVER_NAMESPACE: &str = "csi-addons-reference";
@@ -13,6 +15,8 @@ pub const MANAGER_SELECTOR: &str = "app.kubernetes.io/name=csi-addons,control-pl
 pub const NODE_PLUGIN_SELECTOR: &str = "app.kubernetes.io/name=reference-driver,app.kubernetes.io/component=node";
 pub const CONTROLLER_PLUGIN_SELECTOR: &str =
     "app.kubernetes.io/name=reference-driver,app.kubernetes.io/component=controller";
+/// The manager's leader-election Lease, as upstream names it.
+pub const MANAGER_LEASE: &str = "e8cd140a.openshift.io";
 /// What a workload's Pod and its volume take, at most, on this node.
 pub const POD_START: Duration = Duration::from_secs(180);
 
@@ -47,6 +51,24 @@ pub fn ready(pod: &Pod) -> bool {
 pub async fn logs(client: &Client, namespace: &str, pod: &str, container: &str) -> String {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     pods.logs(pod, &LogParams { container: Some(container.into()), ..LogParams::default() }).await.unwrap_or_default()
+}
+
+/// Waits for a manager Pod in `namespace` to become Ready through the kubelet's probes and to hold
+/// the Lease; its name.
+pub async fn ready_leading_manager(client: &Client, namespace: &str) -> String {
+    let manager = poll::until(POD_START, async || {
+        running_pods(client, namespace, MANAGER_SELECTOR).await.into_iter().find(ready)
+    })
+    .await
+    .unwrap_or_else(|| panic!("a manager Pod in {namespace} becomes Ready through its probes"));
+    let manager = name(&manager);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let holder = poll::until(poll::MINUTE, async || {
+        leases.get_opt(MANAGER_LEASE).await.ok().flatten()?.spec?.holder_identity.filter(|h| h.starts_with(&manager))
+    })
+    .await;
+    assert!(holder.is_some(), "the Lease {MANAGER_LEASE} in {namespace} is held by the manager's Pod {manager}");
+    manager
 }
 
 pub fn name(pod: &Pod) -> String {

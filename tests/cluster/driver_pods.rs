@@ -93,7 +93,7 @@ pub async fn start_workload(client: &Client, name: &str, label: Option<(&str, &s
     let pods: Api<Pod> = Api::namespaced(client.clone(), WORKLOADS);
     let pod = json!({
         "metadata": {"name": name},
-        "spec": {"containers": [{"name": "app", "image": "127.0.0.1:5000/busybox:1",
+        "spec": {"containers": [{"name": "app", "image": "busybox:1.36.0",
             "command": ["/bin/sh", "-c", "dd if=/dev/zero of=/data/blob bs=1M count=16 && sync && rm /data/blob && sync && echo written > /data/done && exec sleep 3600"],
             "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
           "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": name}}]}

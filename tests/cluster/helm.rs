@@ -5,7 +5,6 @@
 use std::process::Command;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::Client;
@@ -46,7 +45,6 @@ async fn the_helm_chart_installs_a_manager_that_is_ready_leads_and_guards_its_me
     let client = cluster::client().await;
     scale_release_yaml_manager(&client, 0).await;
     let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/csi-addons");
-    let tag = format!("v{}", env!("CARGO_PKG_VERSION"));
     helm(&[
         "install",
         "csi-addons",
@@ -56,34 +54,12 @@ async fn the_helm_chart_installs_a_manager_that_is_ready_leads_and_guards_its_me
         "--create-namespace",
         "--set",
         &format!("namePrefix={PREFIX}"),
-        "--set",
-        "image.repository=127.0.0.1:5000/csi-addons-manager",
-        "--set",
-        &format!("image.tag={tag}"),
         "--wait",
         "--timeout",
         "3m",
     ]);
 
-    let manager = poll::until(cluster::POD_START, async || {
-        cluster::running_pods(&client, RELEASE_NAMESPACE, MANAGER_SELECTOR).await.into_iter().find(cluster::ready)
-    })
-    .await
-    .expect("the chart's manager becomes Ready through its probes");
-    let manager = cluster::name(&manager);
-    let leases: Api<Lease> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
-    let holder = poll::until(poll::MINUTE, async || {
-        leases
-            .get_opt("e8cd140a.openshift.io")
-            .await
-            .ok()
-            .flatten()?
-            .spec?
-            .holder_identity
-            .filter(|h| h.starts_with(&manager))
-    })
-    .await;
-    assert!(holder.is_some(), "the chart's manager {manager} holds its Lease");
+    cluster::ready_leading_manager(&client, RELEASE_NAMESPACE).await;
 
     let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
     let binding = json!({

@@ -8,4 +8,5 @@ mod driver_pods;
 mod failover;
 mod helm;
 mod manager_pods;
+mod olm;
 mod story;

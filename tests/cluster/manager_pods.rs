@@ -2,7 +2,6 @@
 //! Ready by the kubelet's probes, holding its Lease, and serving /metrics over HTTPS through its
 //! Service to tokens that may read them, and to no others.
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -10,9 +9,8 @@ use kube::{Client, Config};
 use serde_json::json;
 use testenv::poll;
 
-use crate::cluster::{self, MANAGER_NAMESPACE, MANAGER_SELECTOR};
+use crate::cluster::{self, MANAGER_NAMESPACE};
 
-const LEASE: &str = "e8cd140a.openshift.io";
 pub const SCRAPERS: &str = "metrics-scrapers";
 
 #[tokio::test]
@@ -27,26 +25,14 @@ async fn the_manager_runs_restricted_ready_and_leading() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), MANAGER_NAMESPACE);
     let privileged: Pod = serde_json::from_value(json!({
         "metadata": {"name": "privileged"},
-        "spec": {"containers": [{"name": "c", "image": "127.0.0.1:5000/busybox:1",
+        "spec": {"containers": [{"name": "c", "image": "busybox:1.36.0",
                                  "securityContext": {"privileged": true}}]}
     }))
     .unwrap();
     let refused = pods.create(&PostParams::default(), &privileged).await.unwrap_err().to_string();
     assert!(refused.contains("violates PodSecurity"), "{refused}");
 
-    let manager = poll::until(cluster::POD_START, async || {
-        cluster::running_pods(&client, MANAGER_NAMESPACE, MANAGER_SELECTOR).await.into_iter().find(cluster::ready)
-    })
-    .await
-    .expect("the manager's Pod becomes Ready through its probes");
-    let manager = cluster::name(&manager);
-
-    let leases: Api<Lease> = Api::namespaced(client.clone(), MANAGER_NAMESPACE);
-    let holder = poll::until(poll::MINUTE, async || {
-        leases.get_opt(LEASE).await.ok().flatten()?.spec?.holder_identity.filter(|h| h.starts_with(&manager))
-    })
-    .await;
-    assert!(holder.is_some(), "the Lease {LEASE} is held by the manager's Pod {manager}");
+    cluster::ready_leading_manager(&client, MANAGER_NAMESPACE).await;
 }
 
 #[tokio::test]
@@ -100,7 +86,7 @@ pub async fn pod_token(client: &Client, account: &str) -> String {
     let pods: Api<Pod> = Api::namespaced(client.clone(), SCRAPERS);
     let pod = json!({
         "metadata": {"name": account},
-        "spec": {"serviceAccountName": account, "containers": [{"name": "c", "image": "127.0.0.1:5000/busybox:1",
+        "spec": {"serviceAccountName": account, "containers": [{"name": "c", "image": "busybox:1.36.0",
                  "command": ["/bin/sleep", "3600"]}]}
     });
     let _ = pods.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await;
