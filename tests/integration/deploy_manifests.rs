@@ -52,6 +52,23 @@ async fn reference_driver_manifests_pass_a_server_side_dry_run() {
     );
 }
 
+/// The driver's manifests run this release's images, as deploy/controller/ does: `latest` would run
+/// whatever was pushed last, mixing versions in one cluster.
+#[test]
+fn reference_driver_manifests_pin_this_releases_images() {
+    let tag = format!("v{}", env!("CARGO_PKG_VERSION"));
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/reference-driver");
+    let mut ours = 0;
+    for file in ["controller.yaml", "node.yaml"] {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        for image in text.lines().filter_map(|l| l.trim().strip_prefix("image: ghcr.io/csi-addons-rs/")) {
+            assert!(image.ends_with(&format!(":{tag}")), "{file}: {image} is not tagged {tag}");
+            ours += 1;
+        }
+    }
+    assert_eq!(ours, 5, "the driver (three containers) and its two sidecars");
+}
+
 /// POSTs `object` with `dryRun=All&fieldValidation=Strict` (namespaced objects into `ns`).
 async fn strict_dry_run(client: &kube::Client, ns: &str, mut object: DynamicObject) -> Result<String, kube::Error> {
     let given = object.metadata.namespace.replace(ns.to_owned());
