@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: test-olm demo-cluster cluster-up cluster-down cluster-install test-cluster ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
+.PHONY: freeze-release test-olm demo-cluster cluster-up cluster-down cluster-install test-cluster ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
 
 all: build
 
@@ -90,19 +90,25 @@ test-cluster: ship-binaries ## The product in real Pods: a fresh one-node cluste
 	hack/images.sh $(SHIP_DIR) $(IMAGE_TAG); \
 	hack/cluster-install.sh controller; \
 	hack/cluster-install.sh driver; \
-	HELM="$$(hack/helm.sh)"; hack/cluster.sh exec env HELM="$$HELM" $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1 --skip olm::
+	HELM="$$(hack/helm.sh)"; hack/cluster.sh exec env HELM="$$HELM" $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1 --skip olm
 
-test-olm: ship-binaries ## OLM for real: a fresh one-node cluster with OLM v0.33.0 (hack/olm.sh), the bundle installed by operator-sdk as the README says, then everything removed (and checked)
+test-olm: ship-binaries ## OLM for real: a fresh one-node cluster with OLM v0.33.0 (hack/olm.sh), the bundle installed by operator-sdk as the README says and upgraded to the next version's, then everything removed (and checked)
 	$(CARGO) test --locked -p integration-tests --test cluster --no-run
 	@hack/cluster.sh check || { echo "test-olm: a cluster is running or left traces; make cluster-down first" >&2; exit 1; }
 	@trap 'hack/cluster.sh down || exit 1' EXIT; set -e; \
 	hack/cluster.sh up; \
 	hack/images.sh $(SHIP_DIR) $(IMAGE_TAG); \
+	next="$$(mktemp -d)"; $(MAKE) -s bundle VERSION=$(NEXT_VERSION) BUNDLE_OUT="$$next" >/dev/null 2>&1; \
+	hack/images.sh --next-bundle "$$next" $(IMAGE_TAG) v$(NEXT_VERSION); rm -rf "$$next"; \
 	hack/olm.sh up; \
-	SDK="$$(hack/operator-sdk.sh)"; hack/cluster.sh exec env OPERATOR_SDK_DIR="$$SDK" $(CARGO) test --offline --locked -p integration-tests --test cluster olm:: -- --ignored --test-threads=1 --nocapture
+	SDK="$$(hack/operator-sdk.sh)"; hack/cluster.sh exec env OPERATOR_SDK_DIR="$$SDK" NEXT_VERSION=$(NEXT_VERSION) $(CARGO) test --offline --locked -p integration-tests --test cluster olm -- --ignored --test-threads=1 --nocapture
 
 IMAGE_REGISTRY ?= ghcr.io/csi-addons-rs
-IMAGE_TAG ?= v$(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+# The release this tree is (Cargo.toml's version); VERSION=x.y.z builds images and a bundle of
+# another, the bundle then replacing this release's CSV (OLM's upgrade path).
+RELEASED_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+VERSION ?= $(RELEASED_VERSION)
+IMAGE_TAG ?= v$(VERSION)
 
 # BUILD_ARGS go to every image build: `BUILD_ARGS="--build-arg BINARIES=<image>"` takes the binaries
 # from an image holding them in /out instead of compiling them in the Rust image (see build/*.Dockerfile).
@@ -125,18 +131,25 @@ deploy-yamls: ## Render deploy/controller/{crds,rbac,setup-controller}.yaml, the
 
 # The release date written as the CSV's createdAt: fixed, so regenerating bundle/ gives no diff.
 RELEASE_DATE ?= 2026-11-23T00:00:00Z
-VERSION = $(patsubst v%,%,$(IMAGE_TAG))
+# The version test-olm upgrades to: this release's next patch, its bundle built from this tree.
+NEXT_VERSION ?= $(shell echo $(RELEASED_VERSION) | awk -F. '{ print $$1 "." $$2 "." $$3 + 1 }')
+BUNDLE_REPLACES ?= $(if $(filter $(RELEASED_VERSION),$(VERSION)),,csi-addons.v$(RELEASED_VERSION))
 BUNDLE_OUT ?= .
 BUNDLE_IMAGE ?= $(IMAGE_REGISTRY)/csi-addons-bundle:$(IMAGE_TAG)
 
 bundle: ## Regenerate bundle/ and bundle.Dockerfile from config/manifests (operator-sdk built once from the Go module proxy)
-	BUNDLE_CREATED_AT=$(RELEASE_DATE) IMAGE_TAG=$(IMAGE_TAG) VERSION=$(VERSION) hack/bundle.sh $(BUNDLE_OUT)
+	BUNDLE_CREATED_AT=$(RELEASE_DATE) IMAGE_TAG=$(IMAGE_TAG) VERSION=$(VERSION) REPLACES=$(BUNDLE_REPLACES) hack/bundle.sh $(BUNDLE_OUT)
+
+freeze-release: ## Freeze this release's CRDs and samples in config/released/v$(VERSION)/: later CRDs are checked against them (tests/integration/crd_compat.rs)
+	mkdir -p config/released/v$(VERSION)/crds config/released/v$(VERSION)/samples
+	cp config/crd/bases/*.yaml config/released/v$(VERSION)/crds/
+	cp config/samples/*_*.yaml config/released/v$(VERSION)/samples/
 
 bundle-validate: ## Validate bundle/ with operator-sdk (operatorframework suite) and scorecard's static tests
 	hack/bundle-validate.sh
 
-bundle-build: ## Build the bundle image with docker, podman or buildah, whichever works here
-	@engine="$$(hack/container-engine.sh)" && set -x && $$engine build -f bundle.Dockerfile -t $(BUNDLE_IMAGE) .
+bundle-build: ## Build the bundle image (from BUNDLE_OUT) with docker, podman or buildah, whichever works here
+	@engine="$$(hack/container-engine.sh)" && set -x && $$engine build -f $(BUNDLE_OUT)/bundle.Dockerfile -t $(BUNDLE_IMAGE) $(BUNDLE_OUT)
 
 HELM_NAMESPACE ?= csi-addons-system
 

@@ -3,7 +3,8 @@
 # repository), as upstream does: kustomize's output piped to `operator-sdk generate bundle`. Then pins
 # what operator-sdk would otherwise date or leave as placeholders: createdAt (BUNDLE_CREATED_AT, the
 # release date the Makefile fixes, so regenerating gives no diff) and the image tags (IMAGE_TAG).
-# Usage: BUNDLE_CREATED_AT=… IMAGE_TAG=… VERSION=… hack/bundle.sh [OUT]
+# REPLACES, when set, names the CSV this bundle replaces (the previous release's, for OLM's upgrades).
+# Usage: BUNDLE_CREATED_AT=… IMAGE_TAG=… VERSION=… [REPLACES=csi-addons.vX.Y.Z] hack/bundle.sh [OUT]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
@@ -23,7 +24,7 @@ cp "$root/PROJECT" "$work/"
 
 csv="$work/bundle/manifests/csi-addons.clusterserviceversion.yaml"
 sed -i -e "s|^\(    createdAt: \).*|\1\"$BUNDLE_CREATED_AT\"|" \
-  -e "s|\(ghcr.io/csi-addons-rs/csi-addons-[a-z]*\):v0.0.0|\1:$IMAGE_TAG|" "$csv"
+  -e "s|\(ghcr.io/csi-addons-rs/csi-addons-[a-z]*\):v[0-9][0-9a-z.-]*|\1:$IMAGE_TAG|" "$csv"
 # operator-sdk fills relatedImages only from RELATED_IMAGE_* variables of the Deployment, which the
 # manager has no use for: list the two images we ship here (for disconnected installs).
 sed -i "/^  version: /i\\
@@ -32,6 +33,10 @@ sed -i "/^  version: /i\\
     name: csi-addons-manager\\
   - image: ghcr.io/csi-addons-rs/csi-addons-sidecar:$IMAGE_TAG\\
     name: csi-addons-sidecar" "$csv"
+if [ -n "${REPLACES:-}" ]; then
+  sed -i "/^  version: /i\\
+  replaces: $REPLACES" "$csv"
+fi
 if grep -q 'v0\.0\.0' "$csv"; then
   echo "hack/bundle.sh: a v0.0.0 placeholder is left in the CSV" >&2
   exit 1

@@ -2,6 +2,9 @@
 # Builds the product's images from build/*.Dockerfile and bundle.Dockerfile and pushes them, with the Kubernetes CSI sidecars
 # built here, to the one-node cluster's registry:
 #   hack/images.sh SHIP_DIR TAG
+#   hack/images.sh --next-bundle DIR TAG NEXT_TAG
+# The second form pushes the bundle made in DIR (`make bundle VERSION=… BUNDLE_OUT=DIR`) as NEXT_TAG,
+# and the manager and sidecar images of TAG again as NEXT_TAG: the next version, from the same tree.
 # SHIP_DIR holds the binaries of `make ship-binaries`. The Dockerfiles' final stages are built as
 # users get them; their binaries come from an image holding SHIP_DIR's files in /out (BINARIES), and
 # the driver's root filesystem from debootstrap (BASE, hack/driver-base.sh): Docker Hub is out of
@@ -13,7 +16,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 . "$here/lib.sh"
-ship_dir=$1 tag=$2
+mode=all
+if [ "${1:-}" = --next-bundle ]; then mode=next; shift; fi
 NETNS="${CLUSTER_NETNS:-csi-addons-cluster}"
 REGISTRY=$CLUSTER_REGISTRY
 [ -e "/run/netns/$NETNS" ] || { log "no cluster is running (make cluster-up first)"; exit 1; }
@@ -32,6 +36,23 @@ image_of() {
   bh commit --quiet --rm "$c" "$name" >/dev/null
 }
 
+# bundle_image DIR TAG: the bundle.Dockerfile of DIR (manifests and metadata on scratch), pushed.
+bundle_image() {
+  bh bud --quiet --layers=false -f "$1/bundle.Dockerfile" -t "localhost/csi-addons-bundle:$2" "$1" >/dev/null
+  push "localhost/csi-addons-bundle:$2" "ghcr.io/csi-addons-rs/csi-addons-bundle:$2"
+}
+
+if [ "$mode" = next ]; then
+  dir=$1 tag=$2 next=$3
+  bundle_image "$dir" "$next"
+  for name in csi-addons-manager csi-addons-sidecar; do
+    bh tag "localhost/$name:$tag" "localhost/$name:$next"
+    push "localhost/$name:$next" "ghcr.io/csi-addons-rs/$name:$next"
+  done
+  log "images in $REGISTRY: ghcr.io/csi-addons-rs/{csi-addons-bundle,csi-addons-manager,csi-addons-sidecar}:$next"
+  exit 0
+fi
+ship_dir=$1 tag=$2
 log "building the images from build/*.Dockerfile with buildah"
 image_of localhost/csi-addons-binaries:"$tag" "$ship_dir"/{csi-addons-manager,csi-addons-sidecar,csi-addons,reference-driver,csi-node-registrar}
 base=$("$here/driver-base.sh")
@@ -48,9 +69,7 @@ for image in manager:csi-addons-manager sidecar:csi-addons-sidecar driver:refere
   push "localhost/${image#*:}:$tag" "ghcr.io/csi-addons-rs/${image#*:}:$tag"
 done
 
-# The OLM bundle (bundle.Dockerfile: manifests and metadata on scratch).
-bh bud --quiet --layers=false -f bundle.Dockerfile -t "localhost/csi-addons-bundle:$tag" . >/dev/null
-push "localhost/csi-addons-bundle:$tag" "ghcr.io/csi-addons-rs/csi-addons-bundle:$tag"
+bundle_image . "$tag"
 
 # The Kubernetes CSI sidecars: one static binary each on scratch, run as root as their own images
 # are (the driver's socket is root's).

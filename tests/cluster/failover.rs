@@ -1,6 +1,7 @@
 //! What the Deployment and the DaemonSet do for the product when its Pods go: the manager's Pod
 //! deleted in the middle of 200 ReclaimSpaceJobs, and the node plugin's Pod deleted.
 use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::DynamicObject;
 use serde_json::json;
@@ -11,37 +12,29 @@ use crate::driver_pods::{connected_nodes, csiaddons, workload};
 
 const JOBS: usize = 200;
 
-#[tokio::test]
-#[ignore = "needs the one-node cluster: make test-cluster"]
-async fn deleting_the_manager_pod_mid_batch_loses_no_job() {
-    let client = cluster::client().await;
-    workload(&client, "batch").await;
-    let managers = cluster::running_pods(&client, MANAGER_NAMESPACE, MANAGER_SELECTOR).await;
-    let first = cluster::name(&managers[0]);
-    let jobs = csiaddons(&client, "ReclaimSpaceJob", "workloads");
+/// Creates 200 ReclaimSpaceJobs on the claim `claim` in `workloads`, labelled `batch=<batch>`, and
+/// runs `midway` after the first quarter; then waits until each has ended and checks that it ended
+/// Succeeded, or Failed with a message.
+pub async fn batch_of_jobs_all_end(client: &Client, claim: &str, batch: &str, midway: impl AsyncFnOnce()) {
+    let jobs = csiaddons(client, "ReclaimSpaceJob", "workloads");
+    let mut midway = Some(midway);
     for i in 0..JOBS {
         let job: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "csiaddons.openshift.io/v1alpha1", "kind": "ReclaimSpaceJob",
-            "metadata": {"name": format!("batch-{i}"), "labels": {"batch": "failover"}},
+            "metadata": {"name": format!("{batch}-{i}"), "labels": {"batch": batch}},
             // All on one volume, so most collide with another in flight and retry (the driver
             // answers ABORTED); a two-minute deadline keeps the retries' tail short.
-            "spec": {"target": {"persistentVolumeClaim": "batch"}, "retryDeadlineSeconds": 120}
+            "spec": {"target": {"persistentVolumeClaim": claim}, "retryDeadlineSeconds": 120}
         }))
         .unwrap();
         jobs.create(&PostParams::default(), &job).await.unwrap();
-        if i == JOBS / 4 {
-            let pods: Api<Pod> = Api::namespaced(client.clone(), MANAGER_NAMESPACE);
-            pods.delete(&first, &DeleteParams::default()).await.unwrap();
+        if i == JOBS / 4
+            && let Some(midway) = midway.take()
+        {
+            midway().await;
         }
     }
-    let replaced = poll::until(cluster::POD_START, async || {
-        let pods = cluster::running_pods(&client, MANAGER_NAMESPACE, MANAGER_SELECTOR).await;
-        pods.into_iter().find(|p| cluster::ready(p) && cluster::name(p) != first)
-    })
-    .await;
-    assert!(replaced.is_some(), "the Deployment replaces the deleted manager Pod {first}");
-
-    let selector = ListParams::default().labels("batch=failover");
+    let selector = ListParams::default().labels(&format!("batch={batch}"));
     let ended = poll::until(5 * poll::MINUTE, async || {
         let list = jobs.list(&selector).await.ok()?.items;
         let ended: Vec<_> = list.into_iter().filter(|j| j.data.pointer("/status/result").is_some()).collect();
@@ -59,6 +52,26 @@ async fn deleting_the_manager_pod_mid_batch_loses_no_job() {
             other => panic!("unknown result {other:?}: {status}"),
         }
     }
+}
+
+#[tokio::test]
+#[ignore = "needs the one-node cluster: make test-cluster"]
+async fn deleting_the_manager_pod_mid_batch_loses_no_job() {
+    let client = cluster::client().await;
+    workload(&client, "batch").await;
+    let managers = cluster::running_pods(&client, MANAGER_NAMESPACE, MANAGER_SELECTOR).await;
+    let first = cluster::name(&managers[0]);
+    batch_of_jobs_all_end(&client, "batch", "failover", async || {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), MANAGER_NAMESPACE);
+        pods.delete(&first, &DeleteParams::default()).await.unwrap();
+        let replaced = poll::until(cluster::POD_START, async || {
+            let pods = cluster::running_pods(&client, MANAGER_NAMESPACE, MANAGER_SELECTOR).await;
+            pods.into_iter().find(|p| cluster::ready(p) && cluster::name(p) != first)
+        })
+        .await;
+        assert!(replaced.is_some(), "the Deployment replaces the deleted manager Pod {first}");
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -9,4 +9,5 @@ mod failover;
 mod helm;
 mod manager_pods;
 mod olm;
+mod olm_upgrade;
 mod story;

@@ -66,12 +66,12 @@ pub fn for_this_cluster(line: &str) -> String {
     format!("{} --index-image {registry}/{INDEX_IMAGE}", line.replace("ghcr.io/", &format!("{registry}/ghcr.io/")))
 }
 
-fn csv_api(client: &Client) -> Api<DynamicObject> {
+pub fn csv_api(client: &Client) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("operators.coreos.com", "v1alpha1", "ClusterServiceVersion");
     Api::namespaced_with(client.clone(), MANAGER_NAMESPACE, &kube::api::ApiResource::from_gvk(&gvk))
 }
 
-async fn our_crds(client: &Client) -> Vec<CustomResourceDefinition> {
+pub async fn our_crds(client: &Client) -> Vec<CustomResourceDefinition> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let list = crds.list(&ListParams::default()).await.unwrap().items;
     list.into_iter().filter(|c| GROUPS.contains(&c.spec.group.as_str())).collect()

@@ -7,6 +7,7 @@ mod bench_manager;
 mod bench_report;
 mod bench_sidecar;
 mod cluster_client_routes;
+mod crd_compat;
 mod crds;
 mod deploy_manifests;
 mod driver_addons;
