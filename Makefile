@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: freeze-release test-olm demo-cluster cluster-up cluster-down cluster-install test-cluster ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
+.PHONY: operatorhub freeze-release test-olm demo-cluster cluster-up cluster-down cluster-install test-cluster ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
 
 all: build
 
@@ -101,6 +101,7 @@ test-olm: ship-binaries ## OLM for real: a fresh one-node cluster with OLM v0.33
 	next="$$(mktemp -d)"; $(MAKE) -s bundle VERSION=$(NEXT_VERSION) BUNDLE_OUT="$$next" >/dev/null 2>&1; \
 	hack/images.sh --next-bundle "$$next" $(IMAGE_TAG) v$(NEXT_VERSION); rm -rf "$$next"; \
 	hack/olm.sh up; \
+	hack/catalog.sh v$(NEXT_VERSION) $(VERSION) $(NEXT_VERSION); \
 	SDK="$$(hack/operator-sdk.sh)"; hack/cluster.sh exec env OPERATOR_SDK_DIR="$$SDK" NEXT_VERSION=$(NEXT_VERSION) $(CARGO) test --offline --locked -p integration-tests --test cluster olm -- --ignored --test-threads=1 --nocapture
 
 IMAGE_REGISTRY ?= ghcr.io/csi-addons-rs
@@ -139,6 +140,11 @@ BUNDLE_IMAGE ?= $(IMAGE_REGISTRY)/csi-addons-bundle:$(IMAGE_TAG)
 
 bundle: ## Regenerate bundle/ and bundle.Dockerfile from config/manifests (operator-sdk built once from the Go module proxy)
 	BUNDLE_CREATED_AT=$(RELEASE_DATE) IMAGE_TAG=$(IMAGE_TAG) VERSION=$(VERSION) REPLACES=$(BUNDLE_REPLACES) hack/bundle.sh $(BUNDLE_OUT)
+
+OPERATORHUB_OUT ?= target/operatorhub
+
+operatorhub: ## Write the bundle in the community-operators layout (operators/csi-addons/<version>/ and ci.yaml) into OPERATORHUB_OUT and validate it (operatorframework and community validators)
+	hack/operatorhub.sh $(OPERATORHUB_OUT)
 
 freeze-release: ## Freeze this release's CRDs and samples in config/released/v$(VERSION)/: later CRDs are checked against them (tests/integration/crd_compat.rs)
 	mkdir -p config/released/v$(VERSION)/crds config/released/v$(VERSION)/samples

@@ -9,5 +9,6 @@ mod failover;
 mod helm;
 mod manager_pods;
 mod olm;
+mod olm_hub;
 mod olm_upgrade;
 mod story;

@@ -228,3 +228,22 @@ fn the_csv_carries_every_operatorhub_field_pinned_to_the_release() {
     // As upstream's bundle: the manager keeps running on a node short of room.
     assert_eq!(pod["priorityClassName"].as_str(), Some("system-cluster-critical"));
 }
+
+/// `make operatorhub`: the community-operators layout, which the operatorframework and community
+/// validators accept (the script fails on any error or warning of theirs).
+#[test]
+fn the_operatorhub_layout_holds_the_bundle_and_passes_the_community_validators() {
+    let out = tempfile::tempdir().unwrap();
+    let script = root().join("hack/operatorhub.sh");
+    let ran = Command::new("bash")
+        .arg(&script)
+        .arg(out.path())
+        .output()
+        .unwrap();
+    assert!(ran.status.success(), "{}", text(&ran));
+    let version = env!("CARGO_PKG_VERSION");
+    let package = out.path().join("operators/csi-addons");
+    assert_eq!(std::fs::read_to_string(package.join("ci.yaml")).unwrap(), "updateGraphMode: replaces-mode\n");
+    assert_eq!(files(&package.join(version)), files(&root().join("bundle")).into_iter().filter(|(p, _)| !p.starts_with("tests") && p != Path::new("README.md")).collect());
+}
+
