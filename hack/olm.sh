@@ -11,6 +11,10 @@
 #   quay.io/operator-framework/opm:v1.55.0  opm, grpc_health_probe (the catalog Pods' probes) and
 #                                           busybox's shell; labelled as a file-based catalog image, as
 #                                           the upstream opm image is, so it serves as an index image
+#   quay.io/operator-framework/scorecard-test:v1.42.2  scorecard's test binary (hack/operator-sdk.sh),
+#                                           the image the shipped scorecard config names
+#   scorecard-untar:busybox                 busybox's tar, no entrypoint: scorecard's untar init
+#                                           container (`--untar-image`; its default is pinned by digest)
 #   registry.access.redhat.com/ubi9/ubi:9.7 a stand-in of busybox's shell, cat and gzip: all that the
 #                                           init container of `operator-sdk run bundle`'s catalog Pod
 #                                           runs from the image it names by default (UBI is out of reach)
@@ -62,7 +66,7 @@ push_root() {
   out=$(crane append --insecure --oci-empty-base -f "$layer" -t "$CLUSTER_REGISTRY/$ref.base" 2>&1) || { log "$out"; return 1; }
   rm -f "$layer"
   out=$(crane mutate --insecure --set-platform linux/amd64 --env PATH=/bin --user "$user" \
-    --entrypoint "$entrypoint" ${cmd:+--cmd "$cmd"} "${labels[@]}" \
+    ${entrypoint:+--entrypoint "$entrypoint"} ${cmd:+--cmd "$cmd"} "${labels[@]}" \
     -t "$CLUSTER_REGISTRY/$ref" "$CLUSTER_REGISTRY/$ref.base" 2>&1) || { log "$out"; return 1; }
 }
 
@@ -85,6 +89,12 @@ images() {
   chmod 1777 "$root/opm/tmp"
   push_root "quay.io/operator-framework/opm:$OPM_VERSION" "$root/opm" 1001 /bin/opm "serve,/configs,--cache-dir=/tmp/cache" \
     operators.operatorframework.io.index.configs.v1=/configs
+  local sdk; sdk=$("$here/operator-sdk.sh")
+  mkdir -p "$root/scorecard/bin"
+  cp "$sdk/scorecard-test" "$root/scorecard/bin/"
+  push_root "quay.io/operator-framework/scorecard-test:v1.42.2" "$root/scorecard" 1001 /bin/scorecard-test ""
+  busybox_into "$root/untar" tar gzip
+  push_root "scorecard-untar:busybox" "$root/untar" 1001 "" ""
   busybox_into "$root/decompress" sh cat gzip
   push_root "registry.access.redhat.com/ubi9/ubi:9.7" "$root/decompress" 0 /bin/sh ""
   log "images in $CLUSTER_REGISTRY: quay.io/operator-framework/olm:$OLM_VERSION, quay.io/operator-framework/opm:$OPM_VERSION, registry.access.redhat.com/ubi9/ubi:9.7 (a stand-in)"

@@ -10,5 +10,6 @@ mod helm;
 mod manager_pods;
 mod olm;
 mod olm_hub;
+mod olm_scorecard;
 mod olm_upgrade;
 mod story;
