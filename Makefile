@@ -90,7 +90,7 @@ test-cluster: ship-binaries ## The product in real Pods: a fresh one-node cluste
 	hack/images.sh $(SHIP_DIR) $(IMAGE_TAG); \
 	hack/cluster-install.sh controller; \
 	hack/cluster-install.sh driver; \
-	HELM="$$(hack/helm.sh)"; hack/cluster.sh exec env HELM="$$HELM" $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1 --skip olm
+	HELM="$$(hack/helm.sh)"; hack/cluster.sh exec env HELM="$$HELM" $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1 --skip olm --skip readme_helm
 
 test-olm: ship-binaries ## OLM for real: a fresh one-node cluster with OLM v0.33.0 (hack/olm.sh), the bundle installed by operator-sdk as the README says and upgraded to the next version's, then everything removed (and checked)
 	$(CARGO) test --locked -p integration-tests --test cluster --no-run
@@ -102,7 +102,8 @@ test-olm: ship-binaries ## OLM for real: a fresh one-node cluster with OLM v0.33
 	hack/images.sh --next-bundle "$$next" $(IMAGE_TAG) v$(NEXT_VERSION); rm -rf "$$next"; \
 	hack/olm.sh up; \
 	hack/catalog.sh v$(NEXT_VERSION) $(VERSION) $(NEXT_VERSION); \
-	SDK="$$(hack/operator-sdk.sh)"; hack/cluster.sh exec env OPERATOR_SDK_DIR="$$SDK" NEXT_VERSION=$(NEXT_VERSION) $(CARGO) test --offline --locked -p integration-tests --test cluster olm -- --ignored --test-threads=1 --nocapture
+	SDK="$$(hack/operator-sdk.sh)"; HELM="$$(hack/helm.sh)"; \
+	hack/cluster.sh exec env OPERATOR_SDK_DIR="$$SDK" HELM="$$HELM" NEXT_VERSION=$(NEXT_VERSION) $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1 --nocapture olm readme_helm
 
 IMAGE_REGISTRY ?= ghcr.io/csi-addons-rs
 # The release this tree is (Cargo.toml's version); VERSION=x.y.z builds images and a bundle of

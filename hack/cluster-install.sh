@@ -14,9 +14,11 @@ what=${1:-}
 kubectl() { "$here/cluster.sh" exec kubectl "$@"; }
 case "$what" in
   controller)
-    # In the README's order: the CRDs, the Namespace with the RBAC, then the Deployment.
-    kubectl apply --server-side -f "$root/deploy/controller/crds.yaml" -f "$root/deploy/controller/rbac.yaml" >/dev/null
-    kubectl apply --server-side -f "$root/deploy/controller/setup-controller.yaml" >/dev/null
+    # The README's own commands, word for word, from the repository root.
+    while read -r line; do
+      log "\$ $line"
+      (cd "$root" && "$here/cluster.sh" exec sh -c "$line" </dev/null >/dev/null)
+    done < <("$here/readme-commands.sh" "Plain YAML")
     kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
     kubectl -n csi-addons-system rollout status deployment/csi-addons-controller-manager --timeout=180s >&2
     ;;

@@ -12,4 +12,5 @@ mod olm;
 mod olm_hub;
 mod olm_scorecard;
 mod olm_upgrade;
+mod readme_helm;
 mod story;

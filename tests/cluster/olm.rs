@@ -22,25 +22,13 @@ const GROUPS: [&str; 2] = ["csiaddons.openshift.io", "replication.storage.opensh
 /// The opm image hack/olm.sh builds, named as the cluster's containerd and operator-sdk reach it.
 const INDEX_IMAGE: &str = "quay.io/operator-framework/opm:v1.55.0";
 
-/// The commands of one install path of the README ("OLM", "Helm" or "Plain YAML"): the lines after
-/// its `# <path>` comment in the "Installing in a cluster" block, continuation lines joined.
+/// The commands of one install path of the README ("OLM", "Helm" or "Plain YAML"), as
+/// hack/readme-commands.sh reads them.
 pub fn readme_commands(path: &str) -> Vec<String> {
-    let readme = include_str!("../../README.md");
-    let section = readme.split("## Installing in a cluster").nth(1).expect("the README has its install section");
-    let block = section.split("```sh").nth(1).and_then(|b| b.split("```").next()).expect("a sh block");
-    let mut lines = block.lines().skip_while(|l| !l.starts_with(&format!("# {path}")));
-    lines.next().expect("the README names the path");
-    let mut commands = Vec::new();
-    let mut current = String::new();
-    for line in lines.take_while(|l| !l.trim().is_empty() && !l.starts_with('#')) {
-        current.push_str(line.trim_end_matches('\\').trim());
-        if line.ends_with('\\') {
-            current.push(' ');
-        } else {
-            commands.push(std::mem::take(&mut current));
-        }
-    }
-    commands
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../hack/readme-commands.sh");
+    let out = Command::new("bash").arg(script).arg(path).output().expect("bash runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect()
 }
 
 /// Runs one command line with `sh`, operator-sdk on PATH and the cluster's CA trusted (its registry's

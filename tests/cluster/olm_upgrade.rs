@@ -97,4 +97,5 @@ async fn run_bundle_upgrade_moves_a_busy_install_to_the_next_version_and_keeps_e
         "{old_csv} → {new_csv} (Succeeded) with 200 jobs in flight; manager {manager} runs {image}; {} resources kept",
         kept.len()
     );
+    println!("{}", run(&format!("operator-sdk cleanup csi-addons --namespace {MANAGER_NAMESPACE} --timeout 3m")));
 }
