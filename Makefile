@@ -28,7 +28,7 @@ test: control-plane test-peers ## Run every test: unit tests, then the suites on
 	$(CARGO) build --workspace --bins --locked
 	$(MAKE) --no-print-directory ship-binaries
 	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" CSI_SANITY="$$(hack/csi-sanity.sh)" KUSTOMIZE="$$(hack/kustomize.sh)" \
-	PROMETHEUS_CRDS="$$(hack/prometheus-crds.sh)" OPERATOR_SDK_DIR="$$(hack/operator-sdk.sh)" HELM="$$(hack/helm.sh)" \
+	PROMETHEUS_CRDS="$$(hack/prometheus-crds.sh)" PROMETHEUS_DEB_DIR="$$(hack/prometheus-deb.sh)" OPERATOR_SDK_DIR="$$(hack/operator-sdk.sh)" HELM="$$(hack/helm.sh)" \
 	CSI_PROVISIONER="$$(hack/csi-provisioner.sh)" FUTURE_SIZES="$$PWD/$(SHIP_DIR)/examples/future_sizes" \
 	$(CARGO) test --workspace --locked
 
@@ -170,12 +170,13 @@ manifests: ## Regenerate config/crd/bases (and the Helm chart's copy) from the R
 check-manifests: ## Fail if config/crd/bases differs from what the Rust types generate
 	$(CARGO) run -q --locked -p api --bin crdgen -- --dir config/crd/bases --check
 
-test-peers: ## Build or fetch (once, cached outside the clone) csi-sanity, csi-provisioner, kustomize, helm, operator-sdk and the Prometheus Operator CRDs
+test-peers: ## Build or fetch (once, cached outside the clone) csi-sanity, csi-provisioner, kustomize, helm, operator-sdk, the Prometheus Operator CRDs and Debian's promtool
 	@hack/csi-sanity.sh >/dev/null
 	@hack/kustomize.sh >/dev/null
 	@hack/helm.sh >/dev/null
 	@hack/operator-sdk.sh >/dev/null
 	@hack/prometheus-crds.sh >/dev/null
+	@hack/prometheus-deb.sh >/dev/null
 	@hack/csi-provisioner.sh >/dev/null
 
 control-plane: ## Build (once, cached outside the clone) etcd, kube-apiserver, kube-controller-manager, kubectl

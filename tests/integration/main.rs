@@ -2,6 +2,7 @@
 //! control plane for the whole binary; every test works in its own namespace.
 
 mod admission;
+mod alerts;
 mod bench_jobs;
 mod bench_manager;
 mod bench_report;
