@@ -1,6 +1,7 @@
 //! The PrometheusRule of config/prometheus, unit-tested with promtool (Debian's Prometheus 2.42,
 //! hack/prometheus-deb.sh): each alert fires from synthetic series of the kind the manager exports,
-//! with the labels it promises, and stays quiet on healthy ones.
+//! with the labels it promises, and stays quiet on healthy ones. Also `promtool check metrics`, which
+//! the manager's and the sidecar's suites run on their /metrics.
 use std::process::Command;
 
 use serde_json::Value;
@@ -91,6 +92,23 @@ tests:
         summary: "No CSI-Addons manager is scraped"
         description: "No manager has reported metrics for 10 minutes."
 "#;
+
+/// What `promtool check metrics` finds wrong with an exposition (naming, help, types); empty if nothing.
+pub fn metric_lint(exposition: &str) -> String {
+    use std::io::Write;
+    let tool = test_peer("PROMETHEUS_DEB_DIR", "prometheus-deb.sh").join("promtool");
+    let mut child = Command::new(tool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(exposition.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    if out.status.success() { String::new() } else { text }
+}
 
 fn promtool(dir: &std::path::Path, args: &[&str]) -> (bool, String) {
     let tool = test_peer("PROMETHEUS_DEB_DIR", "prometheus-deb.sh").join("promtool");

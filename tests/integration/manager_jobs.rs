@@ -53,6 +53,8 @@ async fn reclaim_space_runs_on_the_attached_node_then_the_controller_and_sums_wh
     ] {
         assert!(metrics.contains(series), "{series} missing from /metrics:\n{metrics}");
     }
+    let lint = crate::alerts::metric_lint(&metrics);
+    assert!(lint.is_empty(), "promtool check metrics on the manager's /metrics:\n{lint}");
 }
 
 #[tokio::test]

@@ -64,6 +64,8 @@ async fn only_the_allowed_identity_may_call() {
             && l.contains("/identity.Identity/GetIdentity")),
         "{metrics}"
     );
+    let lint = crate::alerts::metric_lint(&metrics);
+    assert!(lint.is_empty(), "promtool check metrics on the sidecar's /metrics:\n{lint}");
 }
 
 /// ODF installs the manager as `csi-addons-controller-manager` in `openshift-storage`: a sidecar
