@@ -235,15 +235,16 @@ fn the_csv_carries_every_operatorhub_field_pinned_to_the_release() {
 fn the_operatorhub_layout_holds_the_bundle_and_passes_the_community_validators() {
     let out = tempfile::tempdir().unwrap();
     let script = root().join("hack/operatorhub.sh");
-    let ran = Command::new("bash")
-        .arg(&script)
-        .arg(out.path())
-        .output()
-        .unwrap();
+    let ran = Command::new("bash").arg(&script).arg(out.path()).output().unwrap();
     assert!(ran.status.success(), "{}", text(&ran));
     let version = env!("CARGO_PKG_VERSION");
     let package = out.path().join("operators/csi-addons");
     assert_eq!(std::fs::read_to_string(package.join("ci.yaml")).unwrap(), "updateGraphMode: replaces-mode\n");
-    assert_eq!(files(&package.join(version)), files(&root().join("bundle")).into_iter().filter(|(p, _)| !p.starts_with("tests") && p != Path::new("README.md")).collect());
+    assert_eq!(
+        files(&package.join(version)),
+        files(&root().join("bundle"))
+            .into_iter()
+            .filter(|(p, _)| !p.starts_with("tests") && p != Path::new("README.md"))
+            .collect()
+    );
 }
-
