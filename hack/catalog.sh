@@ -43,8 +43,12 @@ EOF
 "$opm" validate "$work/configs"
 log "catalog: package $PACKAGE, channel stable: $*; opm validate passed"
 
+# The serving cache is built now, as `opm generate dockerfile` has it built: the image's
+# `opm serve /configs --cache-dir=/tmp/cache` checks it against /configs and serves from it.
+"$opm" serve "$work/configs" --cache-dir="$work/tmp/cache" --cache-only >&2 2>/dev/null
+chmod -R a+rX "$work/configs" "$work/tmp"
 layer="$work/layer.tar"
-tar -C "$work" --owner=0 --group=0 -cf "$layer" configs
+tar -C "$work" --owner=0 --group=0 -cf "$layer" configs tmp/cache
 registry=$(in_cluster printenv CLUSTER_REGISTRY)
 out=$(in_cluster crane append --insecure -b "$registry/quay.io/operator-framework/opm:$OPM_VERSION" -f "$layer" \
   -t "$registry/ghcr.io/csi-addons-rs/csi-addons-catalog:$tag" 2>&1) || { log "$out"; exit 1; }

@@ -44,14 +44,20 @@ pub fn run(line: &str) -> String {
     text
 }
 
-/// The README's `operator-sdk run bundle` line as this cluster needs it: images from its registry, and
-/// its opm image as the index.
+/// The README's `operator-sdk run bundle` (or `run bundle-upgrade`) line as this cluster needs it:
+/// images from its registry, and its opm image as the index.
 pub fn for_this_cluster(line: &str) -> String {
     if !line.starts_with("operator-sdk run bundle") {
         return line.to_owned();
     }
     let registry = std::env::var("CLUSTER_REGISTRY").expect("CLUSTER_REGISTRY (hack/cluster.sh exec sets it)");
-    format!("{} --index-image {registry}/{INDEX_IMAGE}", line.replace("ghcr.io/", &format!("{registry}/ghcr.io/")))
+    let line = line.replace("ghcr.io/", &format!("{registry}/ghcr.io/"));
+    // `run bundle-upgrade` keeps the index the install was made from.
+    if line.starts_with("operator-sdk run bundle ") {
+        format!("{line} --index-image {registry}/{INDEX_IMAGE}")
+    } else {
+        line
+    }
 }
 
 pub fn csv_api(client: &Client) -> Api<DynamicObject> {

@@ -2,7 +2,7 @@
 //! holding this release and the next), and a Subscription with automatic approval starting at this
 //! release. OLM installs this release, then upgrades to the next by itself.
 use kube::Client;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{Value, json};
 use testenv::poll;
 
@@ -77,6 +77,8 @@ async fn a_subscription_installs_this_release_and_olm_upgrades_it_to_the_next() 
     let manager = cluster::ready_leading_manager(&client, HUB_NAMESPACE).await;
     println!("Subscription from {old}: OLM installed it, then upgraded to {latest} (Succeeded); manager {manager}");
 
+    // cleanup removes the Subscription, the CSV, the CRDs and the CatalogSource it was installed from.
     println!("{}", run(&format!("operator-sdk cleanup csi-addons --namespace {HUB_NAMESPACE} --timeout 3m")));
-    catalogs.delete(CATALOG, &DeleteParams::default()).await.unwrap();
+    let gone = poll::until(poll::MINUTE, async || catalogs.get_opt(CATALOG).await.ok()?.is_none().then_some(())).await;
+    assert!(gone.is_some(), "operator-sdk cleanup removes the CatalogSource too");
 }

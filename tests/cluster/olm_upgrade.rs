@@ -43,6 +43,7 @@ async fn run_bundle_upgrade_moves_a_busy_install_to_the_next_version_and_keeps_e
     let install = format!(
         "operator-sdk run bundle ghcr.io/csi-addons-rs/csi-addons-bundle:v{RELEASED} --namespace {MANAGER_NAMESPACE}"
     );
+    run(&format!("kubectl create namespace {MANAGER_NAMESPACE} --dry-run=client -o yaml | kubectl apply -f -"));
     println!("$ {install}\n{}", run(&for_this_cluster(&install)));
     let driver = concat!(env!("CARGO_MANIFEST_DIR"), "/../hack/cluster-install.sh driver");
     run(driver);

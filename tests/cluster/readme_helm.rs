@@ -1,6 +1,6 @@
 //! The README's Helm command, run as written from the repository root on a cluster where nothing of
-//! the product is installed (make test-olm's, once OLM's tests have cleaned up): the manager is Ready
-//! and leads; `helm uninstall` removes the release again.
+//! the product is installed (make test-olm runs it before OLM's tests): the manager is Ready and
+//! leads; `helm uninstall` removes the release, and the chart's CRDs (which Helm keeps) go too.
 use crate::cluster::{self, MANAGER_NAMESPACE};
 use crate::olm::{readme_commands, run};
 
@@ -19,4 +19,5 @@ async fn the_readmes_helm_command_installs_a_ready_leading_manager() {
     let manager = cluster::ready_leading_manager(&client, MANAGER_NAMESPACE).await;
     println!("Helm: manager {manager} Ready and holding its Lease");
     run(&format!("{helm} uninstall csi-addons --namespace {MANAGER_NAMESPACE} --wait"));
+    run(&format!("kubectl delete --wait -f {root}/charts/csi-addons/crds"));
 }

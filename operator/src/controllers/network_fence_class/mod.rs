@@ -60,14 +60,14 @@ pub(crate) async fn reconcile(class: Arc<NetworkFenceClass>, ctx: Arc<Core>) -> 
     let name = class.name_any();
     let deleting = class.metadata.deletion_timestamp.is_some();
     let driver = &class.spec.provisioner;
-    let nodes: Vec<CSIAddonsNode> = ctx
-        .watched::<CSIAddonsNode>()
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|n| &n.spec.driver.name == driver)
-        .collect();
+    let listed = match ctx.watched::<CSIAddonsNode>().list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        // The CSIAddonsNode kind is no longer served (its CRD deleted, as when the operator is
+        // uninstalled): no node carries this class's name, so a deletion has nothing to undo.
+        Err(kube::Error::Api(status)) if deleting && status.code == 404 => Vec::new(),
+        Err(error) => return Err(error),
+    };
+    let nodes: Vec<CSIAddonsNode> = listed.into_iter().filter(|n| &n.spec.driver.name == driver).collect();
     // With --watch-namespace, a class whose driver has no sidecar here is another manager's.
     if ctx.watch_namespace.is_some() && nodes.is_empty() {
         return Ok(Action::await_change());
