@@ -1,6 +1,7 @@
 //! The README's Helm command, run as written from the repository root on a cluster where nothing of
 //! the product is installed (make test-olm runs it before OLM's tests): the manager is Ready and
-//! leads; `helm uninstall` removes the release, and the chart's CRDs (which Helm keeps) go too.
+//! leads; `helm uninstall` removes the release, and the chart's CRDs (which Helm keeps) and the
+//! namespace go too.
 use crate::cluster::{self, MANAGER_NAMESPACE};
 use crate::olm::{readme_commands, run};
 
@@ -20,4 +21,6 @@ async fn the_readmes_helm_command_installs_a_ready_leading_manager() {
     println!("Helm: manager {manager} Ready and holding its Lease");
     run(&format!("{helm} uninstall csi-addons --namespace {MANAGER_NAMESPACE} --wait"));
     run(&format!("kubectl delete --wait -f {root}/charts/csi-addons/crds"));
+    // The namespace `--create-namespace` made goes too: the README's OLM commands start without it.
+    run(&format!("kubectl delete namespace {MANAGER_NAMESPACE} --wait"));
 }
