@@ -11,11 +11,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 . "$here/lib.sh"
 tag=$1; shift
-OPM_VERSION="${OPM_VERSION:-v1.55.0}"
 PACKAGE=csi-addons
 BUNDLES=ghcr.io/csi-addons-rs/csi-addons-bundle
-opm=$(GO_TOOL_REPLACES=1 GO_BUILD_TAGS=containers_image_openpgp cached_go_tool opm "$OPM_VERSION" \
-  github.com/operator-framework/operator-registry github.com/operator-framework/operator-registry/cmd/opm "about 1 min")
+opm=$(opm_tool)
 in_cluster() { "$here/cluster.sh" exec "$@"; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/csi-addons-catalog.XXXXXX")

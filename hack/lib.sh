@@ -117,3 +117,10 @@ module_replaces() {
   gomod=$(go_mod_file "$1")
   sed -e 's#\s*//.*$##' "$gomod" | sed -n 's#^\(replace \)\?\s*\([^ ]*\) => \([^ .][^ ]*\) \(v[^ ]*\)$#-replace=\2=\3@\4#p'
 }
+
+# opm (operator-registry) at OPM_VERSION, built once with its replace line and without gpgme; its path.
+OPM_VERSION="${OPM_VERSION:-v1.55.0}"
+opm_tool() {
+  GO_TOOL_REPLACES=1 GO_BUILD_TAGS=containers_image_openpgp cached_go_tool opm "$OPM_VERSION" \
+    github.com/operator-framework/operator-registry github.com/operator-framework/operator-registry/cmd/opm "about 1 min"
+}

@@ -25,7 +25,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 
 OLM_VERSION="${OLM_VERSION:-v0.33.0}"
-OPM_VERSION="${OPM_VERSION:-v1.55.0}"
 GRPC_HEALTH_PROBE_VERSION="${GRPC_HEALTH_PROBE_VERSION:-v0.4.62}"
 OLM_MODULE=github.com/operator-framework/operator-lifecycle-manager
 kubectl() { "$here/cluster.sh" exec kubectl "$@"; }
@@ -73,8 +72,7 @@ push_root() {
 images() {
   local olm opm probe root
   olm=$(olm_binaries)
-  opm=$(GO_TOOL_REPLACES=1 GO_BUILD_TAGS=containers_image_openpgp cached_go_tool opm "$OPM_VERSION" \
-    github.com/operator-framework/operator-registry github.com/operator-framework/operator-registry/cmd/opm "about 1 min")
+  opm=$(opm_tool)
   probe=$(cached_go_tool grpc_health_probe "$GRPC_HEALTH_PROBE_VERSION" \
     github.com/grpc-ecosystem/grpc-health-probe github.com/grpc-ecosystem/grpc-health-probe "about 30 s")
   root=$(mktemp -d)
