@@ -90,9 +90,9 @@ test-cluster: ship-binaries ## The product in real Pods: a fresh one-node cluste
 	hack/images.sh $(SHIP_DIR) $(IMAGE_TAG); \
 	hack/cluster-install.sh controller; \
 	hack/cluster-install.sh driver; \
-	HELM="$$(hack/helm.sh)"; hack/cluster.sh exec env HELM="$$HELM" $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1 --skip olm --skip readme_helm
+	HELM="$$(hack/helm.sh)"; hack/cluster.sh exec env HELM="$$HELM" $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1 --skip olm --skip readme_helm --skip prometheus
 
-test-olm: ship-binaries ## OLM for real: a fresh one-node cluster with OLM v0.33.0 (hack/olm.sh), the README's Helm command, then the bundle installed by operator-sdk as the README says, upgraded to the next version's, from a catalog by a Subscription, and scorecard in Pods; then everything removed (and checked)
+test-olm: ship-binaries ## OLM for real: a fresh one-node cluster with OLM v0.33.0 (hack/olm.sh), the README's Helm command, then the bundle installed by operator-sdk as the README says, upgraded to the next version's, from a catalog by a Subscription, and scorecard in Pods; then the release YAMLs and the driver, scraped by a Prometheus the Prometheus Operator runs (hack/prometheus.sh) while the story runs; then everything removed (and checked)
 	$(CARGO) test --locked -p integration-tests --test cluster --no-run
 	@hack/cluster.sh check || { echo "test-olm: a cluster is running or left traces; make cluster-down first" >&2; exit 1; }
 	@trap 'hack/cluster.sh down || exit 1' EXIT; set -e; \
@@ -104,7 +104,9 @@ test-olm: ship-binaries ## OLM for real: a fresh one-node cluster with OLM v0.33
 	hack/catalog.sh v$(NEXT_VERSION) $(VERSION) $(NEXT_VERSION); \
 	SDK="$$(hack/operator-sdk.sh)"; HELM="$$(hack/helm.sh)"; \
 	run() { hack/cluster.sh exec env OPERATOR_SDK_DIR="$$SDK" HELM="$$HELM" NEXT_VERSION=$(NEXT_VERSION) $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1 --nocapture "$$@"; }; \
-	run readme_helm; run olm
+	run readme_helm; run olm; \
+	hack/cluster-install.sh controller; hack/cluster-install.sh driver; hack/prometheus.sh up; \
+	run prometheus
 
 IMAGE_REGISTRY ?= ghcr.io/csi-addons-rs
 # The release this tree is (Cargo.toml's version); VERSION=x.y.z builds images and a bundle of

@@ -23,6 +23,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 . "$here/lib.sh"
+# shellcheck source=image-root.sh
+. "$here/image-root.sh"
 
 OLM_VERSION="${OLM_VERSION:-v0.33.0}"
 GRPC_HEALTH_PROBE_VERSION="${GRPC_HEALTH_PROBE_VERSION:-v0.4.62}"
@@ -44,29 +46,6 @@ olm_binaries() {
       "$m/cmd/olm" "$m/cmd/catalog" "$m/cmd/package-server" "$m/cmd/copy-content" "$m/util/cpb"
   fi
   echo "$dir"
-}
-
-# busybox_into ROOT APPLET...: Debian's static busybox at ROOT/bin/busybox, with the APPLETs linked.
-busybox_into() {
-  local root=$1 applet; shift
-  mkdir -p "$root/bin"
-  cp /bin/busybox "$root/bin/busybox"
-  for applet in "$@"; do ln -sf busybox "$root/bin/$applet"; done
-}
-
-# push_root REF ROOT USER ENTRYPOINT CMD [LABEL=VALUE...]: an image of the directory ROOT, pushed to the
-# cluster's registry under REF's mirrored name.
-push_root() {
-  local ref=$1 root=$2 user=$3 entrypoint=$4 cmd=$5 layer label out labels=(); shift 5
-  for label in "$@"; do labels+=(--label "$label"); done
-  layer=$(mktemp)
-  tar -C "$root" --owner=0 --group=0 -cf "$layer" .
-  # crane logs every blob it pushes: shown only when it fails.
-  out=$(crane append --insecure --oci-empty-base -f "$layer" -t "$CLUSTER_REGISTRY/$ref.base" 2>&1) || { log "$out"; return 1; }
-  rm -f "$layer"
-  out=$(crane mutate --insecure --set-platform linux/amd64 --env PATH=/bin --user "$user" \
-    ${entrypoint:+--entrypoint "$entrypoint"} ${cmd:+--cmd "$cmd"} "${labels[@]}" \
-    -t "$CLUSTER_REGISTRY/$ref" "$CLUSTER_REGISTRY/$ref.base" 2>&1) || { log "$out"; return 1; }
 }
 
 images() {

@@ -280,6 +280,7 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
         Security::plain()
     };
     let metrics = Metrics::new()?;
+    metrics.start_at_zero(&CONTROLLERS);
     let leader_gauge = metrics.leader.with_label_values(&[LEASE_NAME]);
     let max_workers = metrics.max_concurrent.clone();
     let (stop_tx, stop) = watch::channel(false);

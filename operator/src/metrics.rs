@@ -23,6 +23,22 @@ pub struct Metrics {
     pub sidecar_rpc: HistogramVec,
 }
 
+/// The `kind` of every operation `csi_addons_operations_total` counts.
+pub const OPERATION_KINDS: [&str; 10] = [
+    "ReclaimSpaceJob",
+    "EncryptionKeyRotationJob",
+    "NetworkFence/Fence",
+    "NetworkFence/Unfence",
+    "VolumeReplication/Promote",
+    "VolumeReplication/Demote",
+    "VolumeReplication/Resync",
+    "VolumeGroup/CreateVolumeGroup",
+    "VolumeGroup/ModifyVolumeGroupMembership",
+    "VolumeGroup/DeleteVolumeGroup",
+];
+/// The `result` of a reconcile pass in `controller_runtime_reconcile_total`.
+const PASS_RESULTS: [&str; 3] = ["success", "requeue_after", "error"];
+
 /// Operation and RPC latencies: 5 ms to 10 min.
 const SECONDS: [f64; 12] = [0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0, 180.0, 600.0];
 
@@ -115,6 +131,31 @@ impl Metrics {
         })
     }
 
+    /// Serves the counters of every controller and operation from 0, as controller-runtime does for
+    /// its controllers: a counter that first appears at 1 shows no increase to `rate()` and
+    /// `increase()`, so the first failure would move neither a dashboard nor an alert.
+    pub fn start_at_zero(&self, controllers: &[&str]) {
+        for controller in controllers {
+            for result in PASS_RESULTS {
+                self.reconcile_total.with_label_values(&[controller, result]);
+            }
+            self.reconcile_errors.with_label_values(&[controller]);
+            self.active_workers.with_label_values(&[controller]);
+        }
+        for kind in OPERATION_KINDS {
+            self.operation_duration.with_label_values(&[kind]);
+            for result in ["Succeeded", "Failed"] {
+                self.operations.with_label_values(&[kind, result]);
+            }
+        }
+    }
+
+    /// Counts one operation that ended.
+    pub fn operation_ended(&self, kind: &str, result: &str) {
+        debug_assert!(OPERATION_KINDS.contains(&kind), "{kind} is not in OPERATION_KINDS");
+        self.operations.with_label_values(&[kind, result]).inc();
+    }
+
     /// The text exposition of every series.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -164,5 +205,22 @@ mod tests {
         ] {
             assert!(text.contains(series), "{series} missing from:\n{text}");
         }
+    }
+
+    #[test]
+    fn counters_are_served_from_zero_before_anything_happens() {
+        let metrics = super::Metrics::new().unwrap();
+        metrics.start_at_zero(&["reclaimspacejob"]);
+        let text = metrics.render();
+        for series in [
+            "controller_runtime_reconcile_errors_total{controller=\"reclaimspacejob\"} 0",
+            "controller_runtime_reconcile_total{controller=\"reclaimspacejob\",result=\"error\"} 0",
+            "csi_addons_operations_total{kind=\"ReclaimSpaceJob\",result=\"Failed\"} 0",
+            "csi_addons_operations_total{kind=\"VolumeGroup/DeleteVolumeGroup\",result=\"Succeeded\"} 0",
+        ] {
+            assert!(text.contains(series), "{series} missing from:\n{text}");
+        }
+        metrics.operation_ended("ReclaimSpaceJob", "Failed");
+        assert!(metrics.render().contains("csi_addons_operations_total{kind=\"ReclaimSpaceJob\",result=\"Failed\"} 1"));
     }
 }

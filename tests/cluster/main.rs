@@ -12,5 +12,6 @@ mod olm;
 mod olm_hub;
 mod olm_scorecard;
 mod olm_upgrade;
+mod prometheus;
 mod readme_helm;
 mod story;

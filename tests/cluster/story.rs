@@ -47,17 +47,29 @@ async fn status_until(
     .await
 }
 
-struct Step {
-    name: &'static str,
-    object: String,
-    effect: String,
-    took: Duration,
+pub struct Step {
+    pub name: &'static str,
+    pub object: String,
+    pub effect: String,
+    pub took: Duration,
 }
 
 #[tokio::test]
 #[ignore = "needs the one-node cluster: make test-cluster or make demo-cluster"]
 async fn the_story_in_real_pods() {
     let client = cluster::client().await;
+    let steps = tell(&client).await;
+    println!(
+        "\nThe story in real Pods: {} steps, {:.0} s in all",
+        steps.len(),
+        steps.iter().map(|s| s.took.as_secs_f64()).sum::<f64>()
+    );
+}
+
+/// Runs the story's steps once on a cluster with the manager and the driver installed (the objects
+/// it makes have fixed names), printing each as it ends.
+pub async fn tell(client: &Client) -> Vec<Step> {
+    let client = client.clone();
     let mut steps: Vec<Step> = Vec::new();
     let mut step = |name: &'static str, object: &str, effect: String, started: Instant| {
         let done = Step { name, object: object.to_owned(), effect, took: started.elapsed() };
@@ -131,12 +143,7 @@ async fn the_story_in_real_pods() {
         format!("{} Connected through pod:// endpoints", connected.len()),
         started,
     );
-
-    println!(
-        "\nThe story in real Pods: {} steps, {:.0} s in all",
-        steps.len(),
-        steps.iter().map(|s| s.took.as_secs_f64()).sum::<f64>()
-    );
+    steps
 }
 
 /// Fences the node's address, shows a new Pod's volume refused with the driver's reason in the Pod's

@@ -346,7 +346,7 @@ async fn finish<K: JobKind>(
         OperationResult::Succeeded => ("Succeeded", false),
         OperationResult::Failed => ("Failed", true),
     };
-    ctx.metrics.operations.with_label_values(&[K::kind(&()).as_ref(), label]).inc();
+    ctx.metrics.operation_ended(K::kind(&()).as_ref(), label);
     ctx.metrics
         .operation_duration
         .with_label_values(&[K::kind(&()).as_ref()])

@@ -290,7 +290,7 @@ async fn call(ctx: &Core, leader: &Connection, state: FenceState, request: Fence
     };
     ctx.metrics.operation_duration.with_label_values(&[kind]).observe(seconds);
     let result = if answer.is_ok() { "Succeeded" } else { "Failed" };
-    ctx.metrics.operations.with_label_values(&[kind, result]).inc();
+    ctx.metrics.operation_ended(kind, result);
     answer.map(|_| ()).map_err(|s| Blocked::CallFailed {
         method,
         sidecar: leader.key(),

@@ -246,7 +246,7 @@ async fn observed<T>(
 ) -> Result<T, tonic::Status> {
     let answer = ctx.metrics.timed_rpc(method, call).await;
     let result = if answer.is_ok() { "Succeeded" } else { "Failed" };
-    ctx.metrics.operations.with_label_values(&[method, result]).inc();
+    ctx.metrics.operation_ended(method, result);
     answer.map(tonic::Response::into_inner)
 }
 

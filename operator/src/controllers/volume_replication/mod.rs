@@ -453,7 +453,7 @@ fn record(ctx: &Core, desired: ReplicationState, result: &str, started: k8s_open
         ReplicationState::Secondary => "VolumeReplication/Demote",
         ReplicationState::Resync => "VolumeReplication/Resync",
     };
-    ctx.metrics.operations.with_label_values(&[kind, result]).inc();
+    ctx.metrics.operation_ended(kind, result);
     let seconds =
         (k8s_openapi::jiff::Timestamp::now().as_millisecond() - started.as_millisecond()).max(0) as f64 / 1000.0;
     ctx.metrics.operation_duration.with_label_values(&[kind]).observe(seconds);
