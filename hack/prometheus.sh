@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The Prometheus Operator in the one-node cluster (hack/cluster.sh), the way users run it, built here
 # from the Go module proxy (once, into the cache outside the clone):
-#   hack/prometheus.sh up       # push the images, install the operator's CRDs and the operator
-#   hack/prometheus.sh images   # only build and push the images
+#   hack/prometheus.sh up         # push the images, install the operator's CRDs, the operator and a
+#                                 # Prometheus, and wait until that Prometheus is Available
+#   hack/prometheus.sh images     # only build and push the images
+#   hack/prometheus.sh manifests  # print what `up` installs after the CRDs
 #
 # Images, each pushed to the cluster's registry under the name the operator's own manifests use:
 #   quay.io/prometheus-operator/prometheus-operator:v0.85.0         the operator
@@ -97,7 +99,7 @@ up() {
   images
   local crds; crds=$(go_module_dir "$MODULE@$PROMETHEUS_OPERATOR_VERSION")/example/prometheus-operator-crd
   kubectl apply --server-side -f "$crds" >/dev/null
-  kubectl wait --for=condition=Established crd -l '!nonexistent' --timeout=60s >/dev/null
+  kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
   kubectl create namespace monitoring --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   manifests | kubectl apply --server-side -f - >/dev/null
   kubectl -n monitoring rollout status deployment/prometheus-operator --timeout=180s >&2
