@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: operatorhub freeze-release test-olm demo-cluster cluster-up cluster-down cluster-install test-cluster ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
+.PHONY: olm-up prometheus-up operatorhub freeze-release test-olm demo-cluster cluster-up cluster-down cluster-install test-cluster ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
 
 all: build
 
@@ -107,6 +107,12 @@ test-olm: ship-binaries ## OLM for real: a fresh one-node cluster with OLM v0.33
 	run readme_helm; run olm; \
 	hack/cluster-install.sh controller; hack/cluster-install.sh driver; hack/prometheus.sh up; \
 	run prometheus
+
+olm-up: ## On a running cluster (make cluster-up): build OLM v0.33.0 and opm here (once, cached) and install OLM
+	hack/olm.sh up
+
+prometheus-up: ## On a running cluster (make cluster-up): build the Prometheus Operator v0.85.0 and Prometheus 3.5.0 here (once, cached) and run them
+	hack/prometheus.sh up
 
 IMAGE_REGISTRY ?= ghcr.io/csi-addons-rs
 # The release this tree is (Cargo.toml's version); VERSION=x.y.z builds images and a bundle of

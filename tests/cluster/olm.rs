@@ -172,4 +172,16 @@ async fn operator_sdk_run_bundle_installs_it_as_the_readme_says_and_cleanup_remo
     })
     .await;
     assert!(gone.is_some(), "operator-sdk cleanup removes the CSV, its Deployment and the CRDs");
+
+    // The bundle's ClusterRoles stay behind (the README says so; its namespaced objects go with the
+    // CSV, by garbage collection): what is left is listed, then deleted.
+    let extras = format!(
+        "clusterrole/csi-addons-csiaddons-events-editor-role clusterrole/csi-addons-csiaddons-pvc-editor-role \
+         clusterrole/csi-addons-metrics-reader -n {MANAGER_NAMESPACE} networkpolicy/csi-addons-allow-metrics-traffic \
+         service/csi-addons-controller-manager-metrics-service"
+    );
+    let left = run(&format!("kubectl get --ignore-not-found -o name {extras}"));
+    println!("left by operator-sdk cleanup: {}", left.split_whitespace().collect::<Vec<_>>().join(", "));
+    run(&format!("kubectl delete --ignore-not-found --wait {extras}"));
+    assert_eq!(run(&format!("kubectl get --ignore-not-found -o name {extras}")).trim(), "");
 }
