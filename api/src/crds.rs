@@ -4,7 +4,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use serde_json::Value;
 
-use crate::{csiaddons, replication};
+use crate::{csiaddons, driver, replication};
 
 /// Every CRD, in a stable order.
 pub fn all() -> Vec<CustomResourceDefinition> {
@@ -25,6 +25,11 @@ pub fn all() -> Vec<CustomResourceDefinition> {
     .into_iter()
     .map(finish)
     .collect()
+}
+
+/// The CRDs of the reference driver's lifecycle operator (its own bundle, not the csi-addons one).
+pub fn driver_operator() -> Vec<CustomResourceDefinition> {
+    [driver::ReferenceCSIDriver::crd()].into_iter().map(finish).collect()
 }
 
 /// The file name kubebuilder would give the CRD: `<group>_<plural>.yaml`.
@@ -128,8 +133,18 @@ mod tests {
     }
 
     #[test]
+    fn the_driver_operators_committed_crd_matches_its_type() {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../driver-operator/config/crd/bases");
+        for crd in driver_operator() {
+            let file = file_name(&crd);
+            let committed = std::fs::read_to_string(dir.join(&file)).unwrap_or_default();
+            assert_eq!(committed, to_yaml(&crd).unwrap(), "{file} is out of date: run `make manifests` and commit");
+        }
+    }
+
+    #[test]
     fn schemas_have_no_nullable_fields_and_enums_have_no_null() {
-        for crd in all() {
+        for crd in all().into_iter().chain(driver_operator()) {
             let yaml = to_yaml(&crd).unwrap();
             assert!(!yaml.contains("nullable"), "{}", crd.spec.names.kind);
             assert!(!yaml.contains("- null"), "{}", crd.spec.names.kind);

@@ -6,6 +6,7 @@
 pub mod capabilities;
 pub mod crds;
 pub mod csiaddons;
+pub mod driver;
 pub mod lease;
 pub mod logging;
 pub mod names;
