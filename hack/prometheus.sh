@@ -25,6 +25,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 PROMETHEUS_OPERATOR_VERSION="${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}"
 PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v3.5.0}"
+# Prometheus's Go module numbers its releases differently: v3.5.0 is v0.305.0.
+PROMETHEUS_MODULE_VERSION="${PROMETHEUS_MODULE_VERSION:-v0.305.0}"
 PROMETHEUS_IMAGE=quay.io/prometheus/prometheus:$PROMETHEUS_VERSION
 MODULE=github.com/prometheus-operator/prometheus-operator
 OPERATOR_IMAGE=quay.io/prometheus-operator/prometheus-operator:$PROMETHEUS_OPERATOR_VERSION
@@ -48,14 +50,11 @@ operator_binaries() {
   echo "$dir"
 }
 
-# prometheus_server: Prometheus itself (its module numbers v3.5.0 as v0.305.0), with its own `replace`
-# line; prints its path.
+# prometheus_server: Prometheus itself, with its module's own `replace` line; prints its path.
 prometheus_server() {
-  local version="${PROMETHEUS_VERSION#v}"
-  local module_version="v0.$(( ${version%%.*} * 100 + $(echo "$version" | cut -d. -f2) )).$(echo "$version" | cut -d. -f3)"
-  GO_TOOL_REPLACES=1 cached_go_tool prometheus "$module_version" github.com/prometheus/prometheus \
+  GO_TOOL_REPLACES=1 cached_go_tool prometheus "$PROMETHEUS_MODULE_VERSION" github.com/prometheus/prometheus \
     github.com/prometheus/prometheus/cmd/prometheus "about 2 min" \
-    "-X github.com/prometheus/common/version.Version=$version -X github.com/prometheus/common/version.Branch=HEAD"
+    "-X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v} -X github.com/prometheus/common/version.Branch=HEAD"
 }
 
 images() {

@@ -300,7 +300,9 @@ fn percent_decoded(text: &str) -> String {
     String::from_utf8_lossy(&decoded).into_owned()
 }
 
-fn percent_encoded(text: &str) -> String {
+/// `text` with every byte but RFC 3986's unreserved characters percent-encoded (a URL's user
+/// information, or a query parameter's value).
+pub fn percent_encoded(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => char::from(b).to_string(),

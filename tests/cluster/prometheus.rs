@@ -42,10 +42,7 @@ async fn manager_target(client: &Client) -> Option<(String, String)> {
 
 /// An instant query's result vector.
 async fn query(client: &Client, expression: &str) -> Vec<Value> {
-    let encoded: String = expression
-        .bytes()
-        .map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") })
-        .collect();
+    let encoded = cluster_client::proxy::percent_encoded(expression);
     let data = prometheus_api(client, &format!("/api/v1/query?query={encoded}")).await;
     data.and_then(|d| d["result"].as_array().cloned()).unwrap_or_default()
 }
