@@ -108,6 +108,8 @@ pub struct ReclaimSides {
     pub node_online: bool,
     /// Some sidecar of the driver, on any node, offers online reclaim.
     pub driver_online: bool,
+    /// Some sidecar of the driver offers offline reclaim.
+    pub driver_offline: bool,
     /// The driver's leader sidecar offers offline reclaim.
     pub leader_offline: bool,
 }
@@ -129,6 +131,11 @@ pub enum NoReclaimCall {
          reclaim_space.OFFLINE"
     )]
     NotAttached { driver: String },
+    #[error(
+        "controller client not found: a sidecar of {driver} offers reclaim_space.OFFLINE, but the sidecar holding \
+         the driver's Lease is not known ({why})"
+    )]
+    LeaderMissing { driver: String, why: String },
 }
 
 /// Which calls reclaim space for a volume, as upstream routes them: node-side on the node where
@@ -136,15 +143,21 @@ pub enum NoReclaimCall {
 /// offers offline reclaim. An attached volume of a driver whose node sidecars offer online reclaim
 /// waits for the sidecar of its node, as upstream ("node client not found"): reclaiming on the
 /// controller side alone would leave the mounted filesystem's free blocks untrimmed and still
-/// report success. A driver without online reclaim anywhere reclaims on the controller side, and
-/// one without offline reclaim on the node side (upstream requires the controller side). `Err`
-/// says what is missing.
+/// report success. Likewise a driver whose controller sidecars offer offline reclaim waits for
+/// the one holding its Lease (elected, or seen by this manager, moments after a restart) rather
+/// than report success for the node side alone. A driver without online reclaim anywhere reclaims
+/// on the controller side, and one without offline reclaim on the node side (upstream requires the
+/// controller side). `Err` says what is missing; `leader_why` is why no leader was found, if not.
 pub fn reclaim_plan(
     driver: &str,
     attached_to: Option<&str>,
     sides: ReclaimSides,
+    leader_why: &str,
 ) -> Result<Vec<ReclaimCall>, NoReclaimCall> {
-    let ReclaimSides { node_online, driver_online, leader_offline } = sides;
+    let ReclaimSides { node_online, driver_online, driver_offline, leader_offline } = sides;
+    if driver_offline && !leader_offline {
+        return Err(NoReclaimCall::LeaderMissing { driver: driver.to_owned(), why: leader_why.to_owned() });
+    }
     if let Some(node) = attached_to
         && !node_online
         && driver_online
@@ -229,24 +242,33 @@ mod tests {
     #[test]
     fn reclaim_routing_uses_what_the_driver_offers() {
         use ReclaimCall::*;
-        let sides =
-            |node_online, driver_online, leader_offline| ReclaimSides { node_online, driver_online, leader_offline };
-        assert_eq!(reclaim_plan("d", Some("n1"), sides(true, true, true)), Ok(vec![Node("n1".into()), Controller]));
-        assert_eq!(reclaim_plan("d", None, sides(false, true, true)), Ok(vec![Controller]));
+        let sides = |node_online, driver_online, leader_offline| ReclaimSides {
+            node_online,
+            driver_online,
+            driver_offline: leader_offline,
+            leader_offline,
+        };
+        assert_eq!(reclaim_plan("d", Some("n1"), sides(true, true, true), ""), Ok(vec![Node("n1".into()), Controller]));
+        assert_eq!(reclaim_plan("d", None, sides(false, true, true), ""), Ok(vec![Controller]));
         assert_eq!(
-            reclaim_plan("d", Some("n1"), sides(true, true, false)),
+            reclaim_plan("d", Some("n1"), sides(true, true, false), ""),
             Ok(vec![Node("n1".into())]),
             "online only works"
         );
         // No online reclaim anywhere: the controller side alone.
-        assert_eq!(reclaim_plan("d", Some("n1"), sides(false, false, true)), Ok(vec![Controller]));
-        let err = reclaim_plan("rbd.csi.ceph.com", None, sides(false, true, false)).unwrap_err().to_string();
+        assert_eq!(reclaim_plan("d", Some("n1"), sides(false, false, true), ""), Ok(vec![Controller]));
+        let err = reclaim_plan("rbd.csi.ceph.com", None, sides(false, true, false), "").unwrap_err().to_string();
         assert!(err.contains("not attached") && err.contains("rbd.csi.ceph.com"), "{err}");
-        let err = reclaim_plan("d", Some("n1"), sides(false, false, false)).unwrap_err().to_string();
+        let err = reclaim_plan("d", Some("n1"), sides(false, false, false), "").unwrap_err().to_string();
         assert!(err.contains("node n1"), "{err}");
         // The node's sidecar is missing while others offer online reclaim: wait for it.
-        let err = reclaim_plan("d", Some("n1"), sides(false, true, true)).unwrap_err().to_string();
+        let err = reclaim_plan("d", Some("n1"), sides(false, true, true), "").unwrap_err().to_string();
         assert!(err.contains("node client not found") && err.contains("node n1"), "{err}");
+        // A controller sidecar offers offline reclaim but none is known to lead: wait for it,
+        // even though the node side alone could be done.
+        let no_leader = ReclaimSides { node_online: true, driver_online: true, driver_offline: true, leader_offline: false };
+        let err = reclaim_plan("d", Some("n1"), no_leader, "no Lease ns/d-csi-addons").unwrap_err().to_string();
+        assert!(err.contains("controller client not found") && err.contains("no Lease ns/d-csi-addons"), "{err}");
     }
 
     #[test]

@@ -56,20 +56,18 @@ impl JobKind for ReclaimSpaceJob {
         let node = volume.attached_to.as_deref().and_then(|n| ctx.pool.on_node(&volume.driver, n, RECLAIM_ONLINE).ok());
         // Boxed, as the calls below: a pass waits in one of them at a time, and a hundred passes
         // run at once; inline, each pass would hold room for all of them for its whole life.
-        let leader = match Box::pin(ctx.pool.leader(&ctx.client, &volume.driver)).await {
-            Ok(leader) if leader.offers(RECLAIM_OFFLINE) => Some(leader),
-            Ok(_) => None,
-            Err(e) => {
-                tracing::debug!(driver = %volume.driver, error = %e, "no leader for controller-side reclaim");
-                None
-            }
+        let (leader, leader_why) = match Box::pin(ctx.pool.leader(&ctx.client, &volume.driver)).await {
+            Ok(leader) if leader.offers(RECLAIM_OFFLINE) => (Some(leader), String::new()),
+            Ok(leader) => (None, format!("the leader {} does not offer it", leader.key())),
+            Err(e) => (None, e.to_string()),
         };
         let sides = ReclaimSides {
             node_online: node.is_some(),
             driver_online: ctx.pool.offers(&volume.driver, RECLAIM_ONLINE),
+            driver_offline: ctx.pool.offers(&volume.driver, RECLAIM_OFFLINE),
             leader_offline: leader.is_some(),
         };
-        let plan = reclaim_plan(&volume.driver, volume.attached_to.as_deref(), sides)?;
+        let plan = reclaim_plan(&volume.driver, volume.attached_to.as_deref(), sides, &leader_why)?;
         let mut usages = Vec::new();
         for call in plan {
             let (connection, method, side) = match &call {
