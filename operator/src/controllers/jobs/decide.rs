@@ -266,7 +266,8 @@ mod tests {
         assert!(err.contains("node client not found") && err.contains("node n1"), "{err}");
         // A controller sidecar offers offline reclaim but none is known to lead: wait for it,
         // even though the node side alone could be done.
-        let no_leader = ReclaimSides { node_online: true, driver_online: true, driver_offline: true, leader_offline: false };
+        let no_leader =
+            ReclaimSides { node_online: true, driver_online: true, driver_offline: true, leader_offline: false };
         let err = reclaim_plan("d", Some("n1"), no_leader, "no Lease ns/d-csi-addons").unwrap_err().to_string();
         assert!(err.contains("controller client not found") && err.contains("no Lease ns/d-csi-addons"), "{err}");
     }
