@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod capabilities;
+pub mod conditions;
 pub mod crds;
 pub mod csiaddons;
 pub mod driver;

@@ -37,6 +37,28 @@ impl Timings {
     }
 }
 
+/// This process's name in a Lease: the Pod's name (POD_NAME, else the hostname, which a Pod's
+/// is) and a random suffix, as controller-runtime names it. The suffix keeps two replicas, or a
+/// container and its restarted self, from ever taking each other for the holder.
+pub fn identity(fallback: &str) -> String {
+    holder_identity(
+        std::env::var("POD_NAME").ok(),
+        std::fs::read_to_string("/proc/sys/kernel/hostname").ok(),
+        std::fs::read_to_string("/proc/sys/kernel/random/uuid").unwrap_or_else(|_| std::process::id().to_string()),
+        fallback,
+    )
+}
+
+fn holder_identity(pod_name: Option<String>, hostname: Option<String>, random: String, fallback: &str) -> String {
+    let base = [pod_name, hostname]
+        .into_iter()
+        .flatten()
+        .map(|s| s.trim().to_owned())
+        .find(|s| !s.is_empty())
+        .unwrap_or_else(|| fallback.to_owned());
+    format!("{base}_{}", random.trim())
+}
+
 /// Competes for `lease` until `stop` turns true. Every change of leadership is handed to
 /// `leading`, which is told `false` before the Lease is released on the way out. While the
 /// Lease can be neither created nor read (the API server may be unreachable), this side does
@@ -101,6 +123,19 @@ mod tests {
             renew_deadline: Duration::from_secs(renew),
             retry_period: Duration::from_secs(1),
         }
+    }
+
+    #[test]
+    fn two_processes_of_one_pod_or_host_never_share_an_identity() {
+        let a = holder_identity(None, Some("manager-7d9\n".into()), "1f0e\n".into(), "m");
+        let b = holder_identity(None, Some("manager-7d9\n".into()), "9c2a\n".into(), "m");
+        assert_eq!(a, "manager-7d9_1f0e");
+        assert_ne!(a, b);
+        assert_eq!(holder_identity(Some("pod-x".into()), Some("host".into()), "u".into(), "m"), "pod-x_u");
+        assert_eq!(
+            holder_identity(Some(String::new()), None, "u".into(), "csi-addons-manager"),
+            "csi-addons-manager_u"
+        );
     }
 
     #[test]

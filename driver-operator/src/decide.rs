@@ -72,7 +72,11 @@ pub fn conditions(state: ManagementState, rollout: &Rollout, backend: &Backend) 
         }
         ManagementState::Removed => {
             let removed = *rollout == Rollout::Done;
-            let message = if removed { "the driver is removed" } else { "removing the driver" };
+            // What the removal waits for, when it waits.
+            let message = match rollout {
+                Rollout::Done => "the driver is removed",
+                Rollout::Waiting(what) | Rollout::Failed(what) => what.as_str(),
+            };
             out.push(verdict("Available", false, "Removed", message));
             out.push(verdict("Progressing", !removed, "Removed", message));
             out.push(verdict("Degraded", false, "Removed", message));
@@ -186,6 +190,7 @@ mod tests {
         );
         let removing = conditions(ManagementState::Removed, &Rollout::Waiting("node Pods".into()), &Backend::Unknown);
         assert!(status(&removing, "Progressing").unwrap().status);
+        assert_eq!(status(&removing, "Progressing").unwrap().message, "node Pods", "what removal waits for");
         let removed = conditions(ManagementState::Removed, &Rollout::Done, &Backend::Unknown);
         assert!(!status(&removed, "Progressing").unwrap().status);
         assert!(!status(&removed, "Available").unwrap().status);

@@ -57,8 +57,10 @@ fn volume_bytes(range: Option<&csi::CapacityRange>) -> Result<i64, Status> {
 }
 
 fn check_parameters(parameters: &std::collections::HashMap<String, String>) -> Result<(), Status> {
-    let unknown: Vec<&String> =
-        parameters.keys().filter(|k| !FOREIGN_PARAMETER_PREFIXES.iter().any(|p| k.starts_with(p))).collect();
+    let unknown: Vec<&String> = parameters
+        .keys()
+        .filter(|k| *k != crate::profiles::PARAMETER && !FOREIGN_PARAMETER_PREFIXES.iter().any(|p| k.starts_with(p)))
+        .collect();
     if unknown.is_empty() {
         Ok(())
     } else {
@@ -94,6 +96,8 @@ impl csi::controller_server::Controller for Controller {
         let access_type = access_type(&request.volume_capabilities)?;
         let bytes = volume_bytes(request.capacity_range.as_ref())?;
         check_parameters(&request.parameters)?;
+        let profile = request.parameters.get(crate::profiles::PARAMETER).map(String::as_str);
+        crate::profiles::check(profile, access_type, self.0.config.directories)?;
         let source = crate::snapshots::content_source(&self.0, request.volume_content_source.as_ref()).await?;
         // A volume made from a snapshot or a volume is at least as large as its source.
         let bytes = match &source {

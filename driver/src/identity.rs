@@ -18,7 +18,13 @@ impl csi::identity_server::Identity for Identity {
         Ok(Response::new(csi::GetPluginInfoResponse {
             name: self.0.config.name.clone(),
             vendor_version: build_info::VERSION.to_owned(),
-            manifest: Default::default(),
+            // Only a controller plugin reports profiles: the driver operator asks it.
+            manifest: if self.0.config.mode.controller() {
+                let profiles = crate::profiles::served(&self.0.config.state_dir, self.0.config.directories);
+                [(crate::profiles::KEY.to_owned(), crate::profiles::manifest_value(&profiles))].into()
+            } else {
+                Default::default()
+            },
         }))
     }
 

@@ -16,6 +16,7 @@ pub mod identity;
 pub mod mounts;
 pub mod node;
 pub mod paging;
+pub mod profiles;
 pub mod registrar;
 pub mod server;
 pub mod snapshots;
@@ -67,6 +68,10 @@ pub struct Cli {
     /// Log as JSON lines instead of plain text.
     #[arg(long, env = "LOG_JSON")]
     pub log_json: bool,
+    /// Also serve CSI Identity alone (GetPluginInfo with the storage profiles, Probe) on this TCP
+    /// address, for the driver operator: read-only, and nothing else is reachable there.
+    #[arg(long, env = "IDENTITY_ADDRESS")]
+    pub identity_address: Option<std::net::SocketAddr>,
 }
 
 /// How long calls in flight may take to finish once a shutdown begins.
@@ -107,6 +112,7 @@ pub async fn serve(cli: Cli, stop: tokio::sync::watch::Receiver<bool>) -> anyhow
     if driver.config.mode.node() {
         csi_routes = csi_routes.add_service(csi::node_server::NodeServer::new(node::Node(driver.clone())));
     }
+    let identity_server = identity_endpoint(cli.identity_address, &driver, stop.clone()).await?;
     let csi_incoming = server::bind(&csi_socket)?;
     let addons_incoming = server::bind(&addons_socket)?;
     tracing::info!(csi = %csi_socket.display(), addons = %addons_socket.display(), mode = ?driver.config.mode, "serving");
@@ -128,7 +134,7 @@ pub async fn serve(cli: Cli, stop: tokio::sync::watch::Receiver<bool>) -> anyhow
             addons::replication::Replicator(driver.clone()).run_schedule(stop_schedule).await;
         }
     };
-    let serving = async { tokio::join!(csi_server, addons_server, schedule) };
+    let serving = async { tokio::join!(csi_server, addons_server, schedule, identity_server) };
     // Calls in flight get a grace period to finish; clients that merely keep their connections
     // open must not keep the driver from exiting.
     let drain_deadline = async {
@@ -136,7 +142,7 @@ pub async fn serve(cli: Cli, stop: tokio::sync::watch::Receiver<bool>) -> anyhow
         tokio::time::sleep(SHUTDOWN_GRACE).await;
     };
     let (csi_result, addons_result) = tokio::select! {
-        (csi, addons, ()) = serving => (csi, addons),
+        (csi, addons, (), ()) = serving => (csi, addons),
         () = drain_deadline => {
             tracing::warn!(grace = ?SHUTDOWN_GRACE, "connections still open after the grace period; stopping anyway");
             (Ok(()), Ok(()))
@@ -148,6 +154,36 @@ pub async fn serve(cli: Cli, stop: tokio::sync::watch::Receiver<bool>) -> anyhow
     addons_result?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Serves CSI Identity alone on `address` (TCP) until `stop`; nothing when no address is given.
+async fn identity_endpoint(
+    address: Option<std::net::SocketAddr>,
+    driver: &std::sync::Arc<Driver>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    let listener = match address {
+        Some(address) => {
+            Some(tokio::net::TcpListener::bind(address).await.map_err(|e| anyhow::anyhow!("binding {address}: {e}"))?)
+        }
+        None => None,
+    };
+    let identity = csi::identity_server::IdentityServer::new(identity::Identity(driver.clone()));
+    Ok(async move {
+        let Some(listener) = listener else { return };
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let shutdown = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        let served = tonic::transport::Server::builder()
+            .layer(server::LogFailuresLayer)
+            .add_service(identity)
+            .serve_with_incoming_shutdown(incoming, shutdown)
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "the identity endpoint failed");
+        }
+    })
 }
 
 /// Records this node plugin: as a node volumes can be attached to, and, with its address, as a

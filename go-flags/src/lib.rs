@@ -102,6 +102,11 @@ pub fn parse_go_duration(text: &str) -> Result<std::time::Duration, GoValueError
     Ok(std::time::Duration::from_nanos(nanos as u64))
 }
 
+/// A Go listen address as a socket address: Go's `:8081` means every interface.
+pub fn listen_address(flag: &str) -> String {
+    if flag.starts_with(':') { format!("0.0.0.0{flag}") } else { flag.to_owned() }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::{Arg, ArgAction, Command};
@@ -124,6 +129,12 @@ mod tests {
 
     fn norm(args: &[&str]) -> Vec<String> {
         normalize(&command(), args.iter().map(OsString::from)).into_iter().map(|a| a.into_string().unwrap()).collect()
+    }
+
+    #[test]
+    fn go_listen_addresses() {
+        assert_eq!(super::listen_address(":8081"), "0.0.0.0:8081");
+        assert_eq!(super::listen_address("127.0.0.1:8081"), "127.0.0.1:8081");
     }
 
     #[test]

@@ -65,10 +65,6 @@ async fn api_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client
     Ok(cluster_client::client(kubeconfig, Some(API_IN_FLIGHT)).await?)
 }
 
-/// Go's `:8081` means every interface.
-pub fn listen_address(flag: &str) -> String {
-    if flag.starts_with(':') { format!("0.0.0.0{flag}") } else { flag.to_owned() }
-}
 
 /// The settings at start: the flags with the ConfigMap over them; a bad value is a start-up
 /// error, as upstream; a missing ConfigMap is fine.
@@ -290,7 +286,7 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
 
     // The probes come first, so a manager that cannot reach the API server says so on /readyz.
     let mut tasks = tokio::task::JoinSet::new();
-    let health_address = listen_address(&cli.health_probe_bind_address);
+    let health_address = go_flags::listen_address(&cli.health_probe_bind_address);
     let listener = tokio::net::TcpListener::bind(&health_address)
         .await
         .map_err(|source| ManagerError::Listen { address: health_address.clone(), source })?;
@@ -300,7 +296,7 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
         .with_state(probes.clone());
     tasks.spawn(serve(listener, router, stop.clone()));
     if cli.metrics_bind_address != "0" {
-        let address = listen_address(&cli.metrics_bind_address);
+        let address = go_flags::listen_address(&cli.metrics_bind_address);
         let listener = tokio::net::TcpListener::bind(&address)
             .await
             .map_err(|source| ManagerError::Listen { address: address.clone(), source })?;
@@ -338,11 +334,7 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
     };
     tracing::info!(?settings, "settings");
     let (settings_tx, settings_rx) = watch::channel(settings);
-    let identity = election_identity(
-        std::env::var("POD_NAME").ok(),
-        std::fs::read_to_string("/proc/sys/kernel/hostname").ok(),
-        std::fs::read_to_string("/proc/sys/kernel/random/uuid").unwrap_or_else(|_| std::process::id().to_string()),
-    );
+    let identity = cluster_client::election::identity("csi-addons-manager");
     let core = Arc::new(Core::new(
         client.clone(),
         security,
@@ -387,34 +379,5 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
     Ok(())
 }
 
-/// This process's name in the leader-election Lease: the Pod's name (POD_NAME, else the hostname,
-/// which a Pod's is) and a random suffix, as controller-runtime names it. The suffix keeps two
-/// replicas, or a container and its restarted self, from ever taking each other for the holder.
-fn election_identity(pod_name: Option<String>, hostname: Option<String>, random: String) -> String {
-    let base = [pod_name, hostname]
-        .into_iter()
-        .flatten()
-        .map(|s| s.trim().to_owned())
-        .find(|s| !s.is_empty())
-        .unwrap_or_else(|| "csi-addons-manager".to_owned());
-    format!("{base}_{}", random.trim())
-}
-
 #[cfg(test)]
-mod tests {
-    #[test]
-    fn two_processes_of_one_pod_or_host_never_share_an_identity() {
-        let a = super::election_identity(None, Some("manager-7d9\n".into()), "1f0e\n".into());
-        let b = super::election_identity(None, Some("manager-7d9\n".into()), "9c2a\n".into());
-        assert_eq!(a, "manager-7d9_1f0e");
-        assert_ne!(a, b);
-        assert_eq!(super::election_identity(Some("pod-x".into()), Some("host".into()), "u".into()), "pod-x_u");
-        assert_eq!(super::election_identity(Some(String::new()), None, "u".into()), "csi-addons-manager_u");
-    }
-
-    #[test]
-    fn go_listen_addresses() {
-        assert_eq!(super::listen_address(":8081"), "0.0.0.0:8081");
-        assert_eq!(super::listen_address("127.0.0.1:8081"), "127.0.0.1:8081");
-    }
-}
+mod tests {}

@@ -369,7 +369,7 @@ impl Drop for ControlPlane {
 async fn install_crds(client: &Client) -> Result<(), Error> {
     let crds = Api::<CustomResourceDefinition>::all(client.clone());
     let params = PatchParams::apply("csi-addons-testenv").force();
-    for crd in api::crds::all() {
+    for crd in api::crds::all().into_iter().chain(api::crds::driver_operator()) {
         let name = crd.metadata.name.clone().unwrap_or_default();
         crds.patch(&name, &params, &Patch::Apply(&crd)).await?;
         let established = await_condition(crds.clone(), &name, conditions::is_crd_established());

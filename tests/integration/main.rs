@@ -13,6 +13,7 @@ mod crds;
 mod deploy_manifests;
 mod driver_addons;
 mod driver_harness;
+mod driver_operator;
 mod driver_sanity;
 mod driver_volumes;
 mod dropin_command_lines;

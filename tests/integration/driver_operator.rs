@@ -1,0 +1,316 @@
+//! The driver operator as a real process against the real API server. One ReferenceCSIDriver
+//! gives the driver's objects, from the spec; the workloads' rollout (their status written here,
+//! as the StatefulSet and DaemonSet controllers of a cluster would) turns into conditions; a spec
+//! change rolls out and a hand edit is undone; `Removed` waits for attached volumes, then removes
+//! the driver but no StorageClass; `Managed` brings it back; deleting the object removes it too;
+//! other names are ignored. The object is cluster-scoped and named after the driver: one test.
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use api::driver::{DRIVER_NAME, ReferenceCSIDriver};
+use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass, VolumeAttachment};
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use testenv::poll::MINUTE;
+
+use crate::sidecar_harness::{free_port, http_get};
+use crate::support::{unique, workspace_binary};
+
+struct Operator {
+    child: Child,
+    metrics: u16,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        testenv::process::stop(&mut self.child, Duration::from_secs(5));
+    }
+}
+
+impl Operator {
+    fn start(kubeconfig: &std::path::Path, namespace: &str, driver_namespace: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("operator.log");
+        let metrics = free_port();
+        let mut command = std::process::Command::new(workspace_binary("reference-driver-operator"));
+        command
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("-namespace={namespace}"))
+            .arg(format!("--driver-namespace={driver_namespace}"))
+            .args(["--leader-elect", "--leader-election-lease-duration=4s", "--leader-election-renew-deadline=3s"])
+            .args(["--leader-election-retry-period=1s"])
+            .arg(format!("--health-probe-bind-address=127.0.0.1:{}", free_port()))
+            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
+            .env("DRIVER_IMAGE", "example.com/reference-driver:v9")
+            .env("RUST_LOG", "info,driver_operator=debug")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        let child = testenv::process::spawn(command).unwrap();
+        Operator { child, metrics, log, _dir: dir }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Polls `check` for up to a minute; the panic carries the operator's log.
+    async fn eventually<T>(&self, what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
+        match testenv::poll::until(MINUTE, check).await {
+            Some(found) => found,
+            None => panic!("timed out waiting for {what}; operator log:\n{}", self.log()),
+        }
+    }
+}
+
+/// The condition `type_` of the driver object: (status, reason, message).
+async fn condition(drivers: &Api<ReferenceCSIDriver>, name: &str, type_: &str) -> Option<(bool, String, String)> {
+    let driver = drivers.get_opt(name).await.ok()??;
+    let status = driver.status?;
+    let c = status.conditions.into_iter().find(|c| c.type_ == type_)?;
+    Some((c.status == "True", c.reason, c.message))
+}
+
+fn container_args(set: &StatefulSet, name: &str) -> Vec<String> {
+    let pod = set.spec.as_ref().and_then(|s| s.template.spec.as_ref()).unwrap();
+    pod.containers.iter().find(|c| c.name == name).and_then(|c| c.args.clone()).unwrap_or_default()
+}
+
+fn container_image(set: &StatefulSet, name: &str) -> Option<String> {
+    let pod = set.spec.as_ref().and_then(|s| s.template.spec.as_ref())?;
+    pod.containers.iter().find(|c| c.name == name)?.image.clone()
+}
+
+/// Writes the workloads' status as their controllers would for a finished rollout.
+async fn roll_out(client: &Client, namespace: &str) {
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+    let set = sets.get("reference-driver-controller").await.unwrap();
+    let status = json!({"status": {"observedGeneration": set.metadata.generation, "replicas": 1,
+        "updatedReplicas": 1, "readyReplicas": 1, "currentRevision": "r", "updateRevision": "r"}});
+    sets.patch_status("reference-driver-controller", &PatchParams::default(), &Patch::Merge(status)).await.unwrap();
+    let daemons: Api<DaemonSet> = Api::namespaced(client.clone(), namespace);
+    let daemon = daemons.get("reference-driver-node").await.unwrap();
+    let status = json!({"status": {"observedGeneration": daemon.metadata.generation, "desiredNumberScheduled": 1,
+        "currentNumberScheduled": 1, "updatedNumberScheduled": 1, "numberAvailable": 1, "numberReady": 1,
+        "numberMisscheduled": 0}});
+    daemons.patch_status("reference-driver-node", &PatchParams::default(), &Patch::Merge(status)).await.unwrap();
+}
+
+#[tokio::test]
+async fn one_object_gives_the_driver_which_rolls_out_is_removed_and_comes_back() {
+    let cp = testenv::shared();
+    let client = cp.client().await.unwrap();
+    let namespace = cp.namespace(&client, "driver-operator").await.unwrap();
+    let driver_namespace = unique("reference-driver");
+    let operator = Operator::start(cp.kubeconfig_path(), &namespace, &driver_namespace);
+    let drivers: Api<ReferenceCSIDriver> = Api::all(client.clone());
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &driver_namespace);
+    let daemons: Api<DaemonSet> = Api::namespaced(client.clone(), &driver_namespace);
+    let csi_drivers: Api<CSIDriver> = Api::all(client.clone());
+
+    // Another name is ignored, and told so.
+    let other: ReferenceCSIDriver = serde_json::from_value(json!({
+        "apiVersion": "driver.csi-addons-rs.io/v1alpha1", "kind": "ReferenceCSIDriver",
+        "metadata": {"name": "my-driver"}, "spec": {}
+    }))
+    .unwrap();
+    drivers.create(&PostParams::default(), &other).await.unwrap();
+    let (degraded, reason, message) = operator
+        .eventually("the other object to be told it is ignored", async || {
+            condition(&drivers, "my-driver", "Degraded").await
+        })
+        .await;
+    assert!(degraded && reason == "Ignored" && message.contains(DRIVER_NAME), "{reason}: {message}");
+    drivers.delete("my-driver", &DeleteParams::default()).await.unwrap();
+
+    // The driver: objects from the spec and the operator's environment.
+    let driver: ReferenceCSIDriver = serde_json::from_value(json!({
+        "apiVersion": "driver.csi-addons-rs.io/v1alpha1", "kind": "ReferenceCSIDriver",
+        "metadata": {"name": DRIVER_NAME},
+        "spec": {"logLevel": "Debug", "images": {"provisioner": "example.com/csi-provisioner:v9"},
+                 "nodePlacement": {"nodeSelector": {"storage": "yes"}}}
+    }))
+    .unwrap();
+    drivers.create(&PostParams::default(), &driver).await.unwrap();
+    let set = operator
+        .eventually("the controller StatefulSet", async || sets.get_opt("reference-driver-controller").await.ok()?)
+        .await;
+    assert_eq!(container_image(&set, "driver").as_deref(), Some("example.com/reference-driver:v9"), "DRIVER_IMAGE");
+    assert_eq!(
+        container_image(&set, "csi-provisioner").as_deref(),
+        Some("example.com/csi-provisioner:v9"),
+        "the spec's image"
+    );
+    assert!(container_args(&set, "csi-provisioner").contains(&"--v=4".to_owned()), "logLevel Debug");
+    let pod = set.spec.as_ref().and_then(|s| s.template.spec.as_ref()).unwrap();
+    assert_eq!(pod.node_selector.as_ref().unwrap()["storage"], "yes");
+    // Applied in order: the node DaemonSet comes last.
+    operator.eventually("the node DaemonSet", async || daemons.get_opt("reference-driver-node").await.ok()?).await;
+    let csi_driver = csi_drivers.get(DRIVER_NAME).await.unwrap();
+    assert_eq!(csi_driver.metadata.labels.unwrap()["app.kubernetes.io/managed-by"], "reference-driver-operator");
+    let created = Api::<Namespace>::all(client.clone()).get(&driver_namespace).await.unwrap();
+    assert_eq!(created.metadata.labels.unwrap()["pod-security.kubernetes.io/enforce"], "privileged");
+    let binding = Api::<ClusterRoleBinding>::all(client.clone()).get("reference-driver-controller").await.unwrap();
+    assert!(binding.subjects.unwrap().iter().all(|s| s.namespace.as_deref() == Some(driver_namespace.as_str())));
+    let (progressing, reason, message) = operator
+        .eventually("Progressing", async || condition(&drivers, DRIVER_NAME, "Progressing").await.filter(|c| c.0))
+        .await;
+    assert_eq!(reason, "Deploying", "{message}");
+    let held = drivers.get(DRIVER_NAME).await.unwrap();
+    assert!(
+        progressing && held.metadata.finalizers.unwrap().iter().any(|f| f == "driver.csi-addons-rs.io/driver-removal")
+    );
+
+    // The workloads roll out: Available.
+    roll_out(&client, &driver_namespace).await;
+    operator
+        .eventually("Available", async || condition(&drivers, DRIVER_NAME, "Available").await.filter(|c| c.0))
+        .await;
+    let status = drivers.get(DRIVER_NAME).await.unwrap().status.unwrap();
+    assert_eq!(status.generations.len(), 2, "{status:?}");
+    assert!(
+        status.versions.iter().any(|v| v.name == "reference-driver" && v.version == "example.com/reference-driver:v9")
+    );
+    let (_, metrics) = http_get(operator.metrics, "/metrics").await.unwrap();
+    assert!(metrics.contains("reference_driver_operator_leader 1"), "{metrics}");
+
+    // A node-plugin Pod whose image cannot be pulled: Degraded, with the kubelet's words, and a
+    // Warning event; gone again, no longer degraded.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &driver_namespace);
+    let stuck: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "reference-driver-node-x", "labels": {"app.kubernetes.io/name": "reference-driver"}},
+        "spec": {"containers": [{"name": "driver", "image": "example.com/missing:v1"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &stuck).await.unwrap();
+    let waiting = json!({"status": {"containerStatuses": [{"name": "driver", "image": "example.com/missing:v1",
+        "imageID": "", "ready": false, "restartCount": 0,
+        "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}}]}});
+    pods.patch_status("reference-driver-node-x", &PatchParams::default(), &Patch::Merge(waiting)).await.unwrap();
+    let (_, reason, message) = operator
+        .eventually("Degraded", async || condition(&drivers, DRIVER_NAME, "Degraded").await.filter(|c| c.0))
+        .await;
+    assert_eq!(reason, "RolloutFailed");
+    assert!(message.contains("reference-driver-node-x") && message.contains("ImagePullBackOff"), "{message}");
+    let events: Api<Event> = Api::all(client.clone());
+    operator
+        .eventually("a Warning event RolloutFailed", async || {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("RolloutFailed")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(DRIVER_NAME)
+                })
+                .filter(|e| e.type_.as_deref() == Some("Warning"))
+        })
+        .await;
+    pods.delete("reference-driver-node-x", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() })
+        .await
+        .unwrap();
+    operator
+        .eventually("Degraded False", async || condition(&drivers, DRIVER_NAME, "Degraded").await.filter(|c| !c.0))
+        .await;
+
+    // A spec change rolls out; a hand edit is undone.
+    let generation = set.metadata.generation.unwrap();
+    drivers
+        .patch(DRIVER_NAME, &PatchParams::default(), &Patch::Merge(json!({"spec": {"logLevel": "Trace"}})))
+        .await
+        .unwrap();
+    let changed = operator
+        .eventually("the new log level in the StatefulSet", async || {
+            let set = sets.get("reference-driver-controller").await.ok()?;
+            container_args(&set, "csi-provisioner").contains(&"--v=6".to_owned()).then_some(set)
+        })
+        .await;
+    assert!(changed.metadata.generation.unwrap() > generation);
+    operator
+        .eventually("Progressing while the change is not rolled out", async || {
+            condition(&drivers, DRIVER_NAME, "Progressing").await.filter(|c| c.0)
+        })
+        .await;
+    roll_out(&client, &driver_namespace).await;
+    operator
+        .eventually("Available again", async || condition(&drivers, DRIVER_NAME, "Progressing").await.filter(|c| !c.0))
+        .await;
+    let edit = json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+        "spec": {"template": {"spec": {"containers": [{"name": "csi-provisioner", "image": "example.com/by-hand:v0"}]}}}});
+    sets.patch("reference-driver-controller", &PatchParams::apply("by-hand").force(), &Patch::Apply(edit))
+        .await
+        .unwrap();
+    operator
+        .eventually("the hand edit undone", async || {
+            let set = sets.get("reference-driver-controller").await.ok()?;
+            (container_image(&set, "csi-provisioner").as_deref() == Some("example.com/csi-provisioner:v9"))
+                .then_some(())
+        })
+        .await;
+
+    // Removed: while a volume of the driver is attached, the driver stays and says why.
+    let class_name = unique("reference-csi");
+    let class: StorageClass =
+        serde_json::from_value(json!({"metadata": {"name": class_name}, "provisioner": DRIVER_NAME})).unwrap();
+    Api::<StorageClass>::all(client.clone()).create(&PostParams::default(), &class).await.unwrap();
+    let attachments: Api<VolumeAttachment> = Api::all(client.clone());
+    let attachment_name = unique("csi-held");
+    let attachment: VolumeAttachment = serde_json::from_value(json!({
+        "metadata": {"name": attachment_name},
+        "spec": {"attacher": DRIVER_NAME, "nodeName": "node-1", "source": {"persistentVolumeName": "pv-held"}}
+    }))
+    .unwrap();
+    attachments.create(&PostParams::default(), &attachment).await.unwrap();
+    let removed = json!({"spec": {"managementState": "Removed"}});
+    drivers.patch(DRIVER_NAME, &PatchParams::default(), &Patch::Merge(removed)).await.unwrap();
+    let (_, _, message) = operator
+        .eventually("Removed waiting for pv-held", async || {
+            condition(&drivers, DRIVER_NAME, "Progressing").await.filter(|c| c.0 && c.2.contains("pv-held"))
+        })
+        .await;
+    assert!(message.contains("still attached"), "{message}");
+    assert!(
+        sets.get_opt("reference-driver-controller").await.unwrap().is_some(),
+        "the driver stays while pv-held is attached"
+    );
+    attachments.delete(&attachment_name, &DeleteParams::default()).await.unwrap();
+    operator
+        .eventually("the driver removed", async || {
+            condition(&drivers, DRIVER_NAME, "Progressing").await.filter(|c| !c.0 && c.1 == "Removed")
+        })
+        .await;
+    assert!(sets.get_opt("reference-driver-controller").await.unwrap().is_none());
+    assert!(daemons.get_opt("reference-driver-node").await.unwrap().is_none());
+    assert!(csi_drivers.get_opt(DRIVER_NAME).await.unwrap().is_none());
+    assert!(
+        Api::<ClusterRoleBinding>::all(client.clone()).get_opt("reference-driver-controller").await.unwrap().is_none()
+    );
+    assert!(
+        Api::<StorageClass>::all(client.clone()).get_opt(&class_name).await.unwrap().is_some(),
+        "StorageClasses stay"
+    );
+    let (available, ..) = condition(&drivers, DRIVER_NAME, "Available").await.unwrap();
+    assert!(!available);
+
+    // Managed again: the driver comes back.
+    drivers
+        .patch(DRIVER_NAME, &PatchParams::default(), &Patch::Merge(json!({"spec": {"managementState": "Managed"}})))
+        .await
+        .unwrap();
+    operator.eventually("the StatefulSet back", async || sets.get_opt("reference-driver-controller").await.ok()?).await;
+    operator.eventually("the CSIDriver back", async || csi_drivers.get_opt(DRIVER_NAME).await.ok()?).await;
+
+    // Deleting the object removes the driver, then the object goes.
+    drivers.delete(DRIVER_NAME, &DeleteParams::default()).await.unwrap();
+    operator
+        .eventually("the object gone", async || drivers.get_opt(DRIVER_NAME).await.ok()?.is_none().then_some(()))
+        .await;
+    assert!(sets.get_opt("reference-driver-controller").await.unwrap().is_none());
+    assert!(csi_drivers.get_opt(DRIVER_NAME).await.unwrap().is_none());
+    Api::<StorageClass>::all(client.clone()).delete(&class_name, &DeleteParams::default()).await.unwrap();
+}
