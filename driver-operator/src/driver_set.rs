@@ -89,6 +89,8 @@ pub async fn run(ctx: Arc<Context>, stop: impl std::future::Future<Output = ()> 
     Controller::new(Api::<ReferenceCSIDriver>::all(client.clone()), watcher::Config::default())
         .watches(Api::<StatefulSet>::namespaced(client.clone(), &namespace), managed.clone(), to_driver)
         .watches(Api::<DaemonSet>::namespaced(client.clone(), &namespace), managed, to_driver)
+        // The sidecars' capabilities decide the CSI-Addons classes.
+        .watches(Api::<CSIAddonsNode>::namespaced(client.clone(), &namespace), watcher::Config::default(), to_driver)
         .watches(
             Api::<Pod>::namespaced(client.clone(), &namespace),
             watcher::Config::default().labels(DRIVER_PODS),

@@ -65,7 +65,6 @@ async fn api_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client
     Ok(cluster_client::client(kubeconfig, Some(API_IN_FLIGHT)).await?)
 }
 
-
 /// The settings at start: the flags with the ConfigMap over them; a bad value is a start-up
 /// error, as upstream; a missing ConfigMap is fine.
 pub async fn initial_settings(client: &kube::Client, cli: &ManagerCli) -> Result<Settings, ManagerError> {

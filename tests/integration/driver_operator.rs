@@ -2,12 +2,14 @@
 //! gives the driver's objects, from the spec; the workloads' rollout (their status written here,
 //! as the StatefulSet and DaemonSet controllers of a cluster would) turns into conditions; a spec
 //! change rolls out and a hand edit is undone; `Removed` waits for attached volumes, then removes
-//! the driver but no StorageClass; `Managed` brings it back; deleting the object removes it too;
+//! the driver but no StorageClass; the CSI-Addons classes follow the sidecars' capabilities; `Managed` brings it back; deleting the object removes it too;
 //! other names are ignored. The object is cluster-scoped and named after the driver: one test.
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
+use api::csiaddons::{CSIAddonsNode, NetworkFenceClass};
 use api::driver::{DRIVER_NAME, ReferenceCSIDriver};
+use api::replication::{VolumeGroupReplicationClass, VolumeReplicationClass};
 use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::events::v1::Event;
@@ -180,6 +182,33 @@ async fn one_object_gives_the_driver_which_rolls_out_is_removed_and_comes_back()
     let (_, metrics) = http_get(operator.metrics, "/metrics").await.unwrap();
     assert!(metrics.contains("reference_driver_operator_leader 1"), "{metrics}");
 
+    // A sidecar advertises replication and fencing but no volume groups: those two classes.
+    let nodes: Api<CSIAddonsNode> = Api::namespaced(client.clone(), &driver_namespace);
+    let node: CSIAddonsNode = serde_json::from_value(json!({
+        "metadata": {"name": "reference-driver-controller-0"},
+        "spec": {"driver": {"name": DRIVER_NAME, "endpoint": "pod://reference-driver-controller-0.x:9070", "nodeID": "node-1"}}
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let capabilities = json!({"status": {"state": "Connected", "capabilities":
+        ["service.CONTROLLER_SERVICE", "volume_replication.VOLUME_REPLICATION", "network_fence.NETWORK_FENCE"]}});
+    nodes
+        .patch_status("reference-driver-controller-0", &PatchParams::default(), &Patch::Merge(capabilities))
+        .await
+        .unwrap();
+    let fence_classes: Api<NetworkFenceClass> = Api::all(client.clone());
+    operator
+        .eventually("the NetworkFenceClass", async || fence_classes.get_opt("reference-csi-fence").await.ok()?)
+        .await;
+    let replication_classes: Api<VolumeReplicationClass> = Api::all(client.clone());
+    let replication = replication_classes.get("reference-csi-replication").await.unwrap();
+    assert_eq!(replication.spec.provisioner, DRIVER_NAME);
+    let groups: Api<VolumeGroupReplicationClass> = Api::all(client.clone());
+    assert!(
+        groups.get_opt("reference-csi-group-replication").await.unwrap().is_none(),
+        "no sidecar offers volume groups"
+    );
+
     // A node-plugin Pod whose image cannot be pulled: Degraded, with the kubelet's words, and a
     // Warning event; gone again, no longer degraded.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &driver_namespace);
@@ -312,5 +341,8 @@ async fn one_object_gives_the_driver_which_rolls_out_is_removed_and_comes_back()
         .await;
     assert!(sets.get_opt("reference-driver-controller").await.unwrap().is_none());
     assert!(csi_drivers.get_opt(DRIVER_NAME).await.unwrap().is_none());
+    assert!(fence_classes.get_opt("reference-csi-fence").await.unwrap().is_some(), "CSI-Addons classes stay");
     Api::<StorageClass>::all(client.clone()).delete(&class_name, &DeleteParams::default()).await.unwrap();
+    fence_classes.delete("reference-csi-fence", &DeleteParams::default()).await.unwrap();
+    replication_classes.delete("reference-csi-replication", &DeleteParams::default()).await.unwrap();
 }

@@ -256,3 +256,49 @@ async fn directory_volumes_hold_data_through_publish_snapshot_and_reclaim() {
     controller.delete_volume(csi::DeleteVolumeRequest { volume_id: id.clone(), ..Default::default() }).await.unwrap();
     assert!(!h.backing_file(&id).exists(), "the directory was not removed");
 }
+
+/// The identity endpoint the driver operator asks: over TCP, CSI Identity alone, with the storage
+/// profiles served here in GetPluginInfo's manifest; a StorageClass's `profile` parameter must
+/// name one of them and fit the volume mode. None while the state directory cannot be written.
+#[tokio::test]
+async fn the_identity_endpoint_lists_the_profiles_a_class_can_ask_for() {
+    let port = crate::sidecar_harness::free_port();
+    let address = format!("--identity-address=127.0.0.1:{port}");
+    let h = Harness::start_with(&[address.as_str(), "--filesystem-backend=directory"]).await;
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}")).unwrap().connect().await.unwrap();
+    let mut identity = csi::identity_client::IdentityClient::new(channel.clone());
+    let info = identity.get_plugin_info(csi::GetPluginInfoRequest {}).await.unwrap().into_inner();
+    assert_eq!(info.manifest.get("profiles").map(String::as_str), Some("directory"));
+    let mut controller = csi::controller_client::ControllerClient::new(channel);
+    let refused = controller.list_volumes(csi::ListVolumesRequest::default()).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unimplemented, "only Identity is served over TCP");
+
+    let request = |profile: &str| csi::CreateVolumeRequest {
+        name: format!("vol-{profile}"),
+        volume_capabilities: vec![mount_capability()],
+        parameters: [("profile".to_owned(), profile.to_owned())].into(),
+        ..Default::default()
+    };
+    let mut controller = csi::controller_client::ControllerClient::new(h.csi.clone());
+    let wrong = controller.create_volume(request("block")).await.unwrap_err();
+    assert_eq!(wrong.code(), tonic::Code::InvalidArgument);
+    assert!(wrong.message().contains("directories"), "{}", wrong.message());
+    controller.create_volume(request("directory")).await.unwrap();
+
+    // The backend goes away (its directory turns read-only, as a failing disk's does): no
+    // profile is served; it comes back with the directory.
+    let state = h.path("state");
+    let mount = |args: &[&std::ffi::OsStr]| {
+        let status = std::process::Command::new("mount").args(args).status().unwrap();
+        assert!(status.success(), "mount {args:?}");
+    };
+    mount(&["--bind".as_ref(), state.as_os_str(), state.as_os_str()]);
+    mount(&["-o".as_ref(), "remount,bind,ro".as_ref(), state.as_os_str()]);
+    let gone = identity.get_plugin_info(csi::GetPluginInfoRequest {}).await.unwrap().into_inner();
+    let status = std::process::Command::new("umount").arg(&state).status().unwrap();
+    assert!(status.success());
+    assert_eq!(gone.manifest.get("profiles").map(String::as_str), Some(""), "a read-only backend serves nothing");
+    let back = identity.get_plugin_info(csi::GetPluginInfoRequest {}).await.unwrap().into_inner();
+    assert_eq!(back.manifest.get("profiles").map(String::as_str), Some("directory"));
+}
