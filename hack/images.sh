@@ -54,7 +54,7 @@ if [ "$mode" = next ]; then
 fi
 ship_dir=$1 tag=$2
 log "building the images from build/*.Dockerfile with buildah"
-image_of localhost/csi-addons-binaries:"$tag" "$ship_dir"/{csi-addons-manager,csi-addons-sidecar,csi-addons,reference-driver,csi-node-registrar}
+image_of localhost/csi-addons-binaries:"$tag" "$ship_dir"/{csi-addons-manager,csi-addons-sidecar,csi-addons,reference-driver,csi-node-registrar,reference-driver-operator}
 base=$("$here/driver-base.sh")
 if ! bh inspect --type image localhost/reference-driver-base:bookworm >/dev/null 2>&1; then
   c=$(bh from --quiet scratch)
@@ -62,7 +62,7 @@ if ! bh inspect --type image localhost/reference-driver-base:bookworm >/dev/null
   bh config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$c"
   bh commit --quiet --rm "$c" localhost/reference-driver-base:bookworm >/dev/null
 fi
-for image in manager:csi-addons-manager sidecar:csi-addons-sidecar driver:reference-driver; do
+for image in manager:csi-addons-manager sidecar:csi-addons-sidecar driver:reference-driver driver-operator:reference-driver-operator; do
   bh bud --quiet --layers=false --build-arg BINARIES=localhost/csi-addons-binaries:"$tag" \
     --build-arg BASE=localhost/reference-driver-base:bookworm \
     -f "build/${image%%:*}.Dockerfile" -t "localhost/${image#*:}:$tag" . >/dev/null

@@ -14,6 +14,12 @@ use serde::{Deserialize, Serialize};
 /// they are ignored.
 pub const DRIVER_NAME: &str = "reference.csi-addons-rs.io";
 
+/// The annotation of a CSI driver's `CSIDriver` object that holds, in PEM, the CA bundle signing
+/// its CSI-Addons sidecars' certificates. With it the CSI-Addons manager verifies that driver's
+/// sidecars against that bundle, under the driver's name as the server name. The driver operator
+/// writes it; any driver (or its installer) may.
+pub const SIDECAR_CA_ANNOTATION: &str = "csi-addons-rs.io/sidecar-ca";
+
 /// Whether the operator manages the driver.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ManagementState {

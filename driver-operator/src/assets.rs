@@ -100,10 +100,30 @@ fn parse<T: DeserializeOwned>((file, text): (&'static str, &str)) -> Result<T, A
     serde_yaml::from_str(text).map_err(|source| AssetError::Parse { file, source })
 }
 
-/// The driver's objects for `spec`, placed as `placement` says.
-pub fn render(spec: &ReferenceCSIDriverSpec, placement: &Placement) -> Result<Assets, AssetError> {
+/// The driver's Namespace (Pod Security `privileged`: the node plugin mounts and attaches loop
+/// devices).
+pub fn namespace(placement: &Placement) -> Result<Namespace, AssetError> {
+    let mut namespace: Namespace = parse(NAMESPACE_YAML)?;
+    namespace.metadata.name = Some(placement.namespace.clone());
+    namespace
+        .metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned());
+    Ok(namespace)
+}
+
+/// The driver's objects for `spec`, placed as `placement` says. `sidecar_ca` is the CA bundle
+/// that signs the sidecars' serving certificate (Secret `certificates::SERVING_SECRET`): it is
+/// published on the CSIDriver and the certificate mounted into the sidecars. `None` leaves the
+/// sidecars to make their own, as a hand install does.
+pub fn render(
+    spec: &ReferenceCSIDriverSpec,
+    placement: &Placement,
+    sidecar_ca: Option<&str>,
+) -> Result<Assets, AssetError> {
     let mut assets = Assets {
-        namespace: parse(NAMESPACE_YAML)?,
+        namespace: namespace(placement)?,
         csi_driver: parse(CSIDRIVER_YAML)?,
         service_accounts: Vec::new(),
         cluster_roles: Vec::new(),
@@ -126,12 +146,23 @@ pub fn render(spec: &ReferenceCSIDriverSpec, placement: &Placement) -> Result<As
         }
     }
     place(&mut assets, &placement.namespace);
+    if let Some(bundle) = sidecar_ca {
+        assets
+            .csi_driver
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(api::driver::SIDECAR_CA_ANNOTATION.to_owned(), bundle.to_owned());
+    }
     for (file, pod) in [
         (CONTROLLER_YAML.0, assets.controller.spec.as_mut().and_then(|s| s.template.spec.as_mut())),
         (NODE_YAML.0, assets.node.spec.as_mut().and_then(|s| s.template.spec.as_mut())),
     ] {
         let pod = pod.ok_or(AssetError::NoPodSpec { file })?;
         lay_spec_over(pod, spec, placement);
+        if sidecar_ca.is_some() && spec.csi_addons.enabled {
+            mount_sidecar_certificate(pod);
+        }
     }
     Ok(assets)
 }
@@ -141,8 +172,6 @@ fn place(assets: &mut Assets, namespace: &str) {
     let label = |meta: &mut ObjectMeta| {
         meta.labels.get_or_insert_with(BTreeMap::new).insert(MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned());
     };
-    assets.namespace.metadata.name = Some(namespace.to_owned());
-    label(&mut assets.namespace.metadata);
     label(&mut assets.csi_driver.metadata);
     for account in &mut assets.service_accounts {
         account.metadata.namespace = Some(namespace.to_owned());
@@ -251,6 +280,39 @@ fn lay_spec_over(pod: &mut PodSpec, spec: &ReferenceCSIDriverSpec, placement: &P
     }
 }
 
+/// Where the sidecars find their certificate.
+const SIDECAR_TLS_DIR: &str = "/etc/csi-addons/tls";
+
+/// The serving certificate's Secret as a volume of `pod`, mounted into its CSI-Addons sidecar,
+/// which serves it (and re-reads it when the kubelet updates the files).
+fn mount_sidecar_certificate(pod: &mut PodSpec) {
+    use k8s_openapi::api::core::v1::{SecretVolumeSource, Volume, VolumeMount};
+    const VOLUME: &str = "sidecar-tls";
+    let volumes = pod.volumes.get_or_insert_with(Vec::new);
+    volumes.retain(|v| v.name != VOLUME);
+    volumes.push(Volume {
+        name: VOLUME.to_owned(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(crate::certificates::SERVING_SECRET.to_owned()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    for sidecar in pod.containers.iter_mut().filter(|c| c.name == containers::CSI_ADDONS) {
+        let mounts = sidecar.volume_mounts.get_or_insert_with(Vec::new);
+        mounts.retain(|m| m.name != VOLUME);
+        mounts.push(VolumeMount {
+            name: VOLUME.to_owned(),
+            mount_path: SIDECAR_TLS_DIR.to_owned(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+        let args = sidecar.args.get_or_insert_with(Vec::new);
+        set_arg(args, "--tls-cert-file", &format!("{SIDECAR_TLS_DIR}/tls.crt"));
+        set_arg(args, "--tls-key-file", &format!("{SIDECAR_TLS_DIR}/tls.key"));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,7 +345,7 @@ mod tests {
 
     #[test]
     fn the_hand_install_yamls_render_placed_and_labelled() {
-        let assets = render(&ReferenceCSIDriverSpec::default(), &placement()).unwrap();
+        let assets = render(&ReferenceCSIDriverSpec::default(), &placement(), None).unwrap();
         assert_eq!(assets.namespace.metadata.name.as_deref(), Some("drivers"));
         assert_eq!(assets.csi_driver.metadata.name.as_deref(), Some(api::driver::DRIVER_NAME));
         assert_eq!((assets.service_accounts.len(), assets.cluster_roles.len()), (2, 2));
@@ -330,7 +392,7 @@ mod tests {
         };
         spec.node_placement.node_selector.insert("storage".into(), "yes".into());
         spec.volumes_directory = Some("/srv/volumes".into());
-        let assets = render(&spec, &placement()).unwrap();
+        let assets = render(&spec, &placement(), None).unwrap();
         let node = pod(&assets, false);
         assert_eq!(container(node, containers::DRIVER).unwrap().image.as_deref(), Some("example.com/driver:v2"));
         // The Rust registrar comes with the driver image and keeps its command.
@@ -347,11 +409,49 @@ mod tests {
     }
 
     #[test]
+    fn with_a_ca_the_sidecars_serve_the_issued_certificate_and_the_csidriver_names_the_ca() {
+        let assets =
+            render(&ReferenceCSIDriverSpec::default(), &placement(), Some("-----BEGIN CERTIFICATE-----\n")).unwrap();
+        let annotations = assets.csi_driver.metadata.annotations.as_ref().unwrap();
+        assert!(annotations[api::driver::SIDECAR_CA_ANNOTATION].starts_with("-----BEGIN"));
+        for controller in [true, false] {
+            let pod = pod(&assets, controller);
+            let sidecar = container(pod, containers::CSI_ADDONS).unwrap();
+            assert!(args(sidecar).contains(&"--tls-cert-file=/etc/csi-addons/tls/tls.crt".to_owned()));
+            let mount = sidecar.volume_mounts.iter().flatten().find(|m| m.name == "sidecar-tls").unwrap();
+            assert_eq!(mount.read_only, Some(true));
+            let volume = pod.volumes.iter().flatten().find(|v| v.name == "sidecar-tls").unwrap();
+            assert_eq!(
+                volume.secret.as_ref().unwrap().secret_name.as_deref(),
+                Some(crate::certificates::SERVING_SECRET)
+            );
+            assert!(
+                container(pod, containers::DRIVER)
+                    .unwrap()
+                    .volume_mounts
+                    .iter()
+                    .flatten()
+                    .all(|m| m.name != "sidecar-tls")
+            );
+        }
+        // Without a CA (the hand install's way) the sidecars make their own certificate.
+        let plain = render(&ReferenceCSIDriverSpec::default(), &placement(), None).unwrap();
+        assert!(
+            plain
+                .csi_driver
+                .metadata
+                .annotations
+                .as_ref()
+                .is_none_or(|a| !a.contains_key(api::driver::SIDECAR_CA_ANNOTATION))
+        );
+    }
+
+    #[test]
     fn an_external_registrar_runs_its_own_entrypoint_and_addons_off_drops_the_sidecars() {
         let mut spec = ReferenceCSIDriverSpec::default();
         spec.images.node_registrar = Some("registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.15.0".into());
         spec.csi_addons.enabled = false;
-        let assets = render(&spec, &placement()).unwrap();
+        let assets = render(&spec, &placement(), None).unwrap();
         let registrar = container(pod(&assets, false), containers::REGISTRAR).unwrap();
         assert!(registrar.command.is_none());
         assert!(args(registrar).contains(&"--v=2".to_owned()));

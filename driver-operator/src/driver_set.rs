@@ -15,7 +15,7 @@ use api::replication::{VolumeGroupReplicationClass, VolumeReplicationClass};
 use api::driver::{DRIVER_NAME, GenerationStatus, ManagementState, ReferenceCSIDriver};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass, VolumeAttachment};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -60,12 +60,14 @@ impl Context {
     }
 }
 
-/// Why a pass failed. `Assets` is a broken build and is not retried soon; the rest are the API
-/// server's answers, retried.
+/// Why a pass failed. `Assets` is a broken build and `Certificates` a clock out of range: not
+/// retried soon. The rest are the API server's answers, retried.
 #[derive(Debug, thiserror::Error)]
 pub enum DriverSetError {
     #[error(transparent)]
     Assets(#[from] assets::AssetError),
+    #[error(transparent)]
+    Certificates(#[from] crate::certificates::CertError),
     #[error("{action} {kind} {name}: {source}")]
     Api {
         action: &'static str,
@@ -106,7 +108,7 @@ fn error_policy(_: Arc<ReferenceCSIDriver>, error: &DriverSetError, ctx: Arc<Con
     ctx.metrics.reconcile_errors.inc();
     tracing::warn!(%error, "driver set");
     match error {
-        DriverSetError::Assets(_) => Action::requeue(SETTLED),
+        DriverSetError::Assets(_) | DriverSetError::Certificates(_) => Action::requeue(SETTLED),
         DriverSetError::Api { .. } => Action::requeue(Duration::from_secs(5)),
     }
 }
@@ -148,7 +150,8 @@ async fn reconcile(driver: Arc<ReferenceCSIDriver>, ctx: Arc<Context>) -> Result
         }
         ManagementState::Managed => {
             finalizer(&ctx.client, &driver, true).await?;
-            let assets = assets::render(&driver.spec, &ctx.placement)?;
+            let sidecar_ca = if driver.spec.csi_addons.enabled { Some(certificates(&ctx).await?) } else { None };
+            let assets = assets::render(&driver.spec, &ctx.placement, sidecar_ca.as_deref())?;
             apply_all(&ctx.client, &assets).await?;
             backend = backend::ask(&ctx.client, &ctx.placement.namespace).await;
             apply_classes(&ctx, &driver, &backend).await?;
@@ -167,8 +170,8 @@ async fn reconcile(driver: Arc<ReferenceCSIDriver>, ctx: Arc<Context>) -> Result
     Ok(next)
 }
 
-/// Events for the transitions a user watches for: a failed rollout (Warning), a finished one or a
-/// finished removal (Normal). Sent when the Degraded or Progressing condition turns.
+/// Events for the transitions a user watches for: a rollout that failed (Warning), and one that
+/// recovered (Normal). Sent when the Degraded condition turns.
 async fn announce(
     ctx: &Context,
     driver: &ReferenceCSIDriver,
@@ -271,6 +274,41 @@ fn generation_of<K: Resource<DynamicType = ()>>(object: &K, group: &str, resourc
     }
 }
 
+/// The sidecars' CA and serving certificate, (re)issued when due (the Namespace applied first to
+/// hold them); the CA bundle the manager is to trust. On a CA renewal the new serving certificate
+/// is written before the CSIDriver names the new CA, but the kubelet takes far longer to update a
+/// Secret volume than this pass takes to apply the CSIDriver, so no sidecar serves a certificate
+/// the manager does not trust yet.
+async fn certificates(ctx: &Context) -> Result<String, DriverSetError> {
+    use crate::certificates::{self as certs, CA_SECRET, SERVING_SECRET};
+    let namespace = &ctx.placement.namespace;
+    apply(&Api::<Namespace>::all(ctx.client.clone()), &assets::namespace(&ctx.placement)?).await?;
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), namespace);
+    let read = |name: &'static str| {
+        let secrets = secrets.clone();
+        async move { secrets.get_opt(name).await.map_err(api_error("reading", "Secret", name)) }
+    };
+    let ca_now = read(CA_SECRET).await?.as_ref().and_then(certs::read_ca);
+    let serving_now = read(SERVING_SECRET).await?.as_ref().and_then(certs::read_serving);
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let renewal = certs::renewal(ca_now.as_ref(), serving_now.as_ref(), now);
+    let ca = match ca_now {
+        Some(ca) if !renewal.ca => ca,
+        previous => {
+            let ca = certs::new_ca(previous.as_ref(), now)?;
+            apply(&secrets, &certs::ca_secret(&ca, namespace)).await?;
+            tracing::info!(generation = ca.generation, "issued the sidecars' CA");
+            ca
+        }
+    };
+    if renewal.serving {
+        let (cert, key, serving) = certs::issue_serving(&ca, now)?;
+        apply(&secrets, &certs::serving_secret(cert, key, serving, namespace)).await?;
+        tracing::info!(not_after = serving.not_after, "issued the sidecars' serving certificate");
+    }
+    Ok(certs::bundle(&ca, now))
+}
+
 /// The StorageClasses of the profiles the backend reports, and the CSI-Addons classes the
 /// driver's sidecars advertise capabilities for. None is ever deleted here.
 async fn apply_classes(ctx: &Context, driver: &ReferenceCSIDriver, backend: &Backend) -> Result<(), DriverSetError> {
@@ -352,7 +390,7 @@ async fn remove(ctx: &Context) -> Result<Rollout, DriverSetError> {
         )));
     }
     // Rendered from the default spec: only names and namespaces matter here.
-    let assets = assets::render(&Default::default(), &ctx.placement)?;
+    let assets = assets::render(&Default::default(), &ctx.placement, None)?;
     let namespace = &ctx.placement.namespace;
     let mut left = Vec::new();
     left.extend(
@@ -375,6 +413,9 @@ async fn remove(ctx: &Context) -> Result<Rollout, DriverSetError> {
     }
     for account in &assets.service_accounts {
         left.extend(delete(&Api::<ServiceAccount>::namespaced(client.clone(), namespace), &account.name_any()).await?);
+    }
+    for secret in [crate::certificates::SERVING_SECRET, crate::certificates::CA_SECRET] {
+        left.extend(delete(&Api::<Secret>::namespaced(client.clone(), namespace), secret).await?);
     }
     if left.is_empty() { Ok(Rollout::Done) } else { Ok(Rollout::Waiting(format!("removing {}", left.join(", ")))) }
 }

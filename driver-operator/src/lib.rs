@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 pub mod assets;
 pub mod backend;
+pub mod certificates;
 pub mod classes;
 pub mod decide;
 pub mod driver_set;

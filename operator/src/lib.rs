@@ -9,6 +9,7 @@ pub mod config;
 pub mod config_watch;
 pub mod controllers;
 pub mod core;
+pub mod driver_trust;
 pub mod events;
 pub mod flags;
 pub mod future_sizes;

@@ -231,6 +231,12 @@ async fn lead(
             found = leading.wait_for(|l| *l) => if found.is_err() { return },
             _ = stopping.wait_for(|s| *s) => return,
         }
+        // No sidecar is dialled before each driver's CA is known.
+        let trust = ctx.security.trust();
+        tokio::select! {
+            () = trust.wait_synced() => {}
+            _ = stopping.wait_for(|s| *s) => return,
+        }
         let workers = ctx.settings().max_concurrent_reconciles;
         tracing::info!(workers, "leading: starting the reconcilers");
         let (child_tx, child) = watch::channel(false);
@@ -268,7 +274,10 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
     let client = api_client(cli.kubeconfig.as_deref()).await?;
     let security = if cli.enable_auth {
         if cli.sidecar_ca_file.is_none() {
-            tracing::warn!("no --sidecar-ca-file: sidecar certificates are not verified (upstream's behaviour)");
+            tracing::warn!(
+                "no --sidecar-ca-file: sidecars of drivers whose CSIDriver names no CA are not verified \
+                 (upstream's behaviour)"
+            );
         }
         Security::tls(&cli.sidecar_token_file, cli.sidecar_ca_file.as_deref())?
     } else {
@@ -334,6 +343,7 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
     tracing::info!(?settings, "settings");
     let (settings_tx, settings_rx) = watch::channel(settings);
     let identity = cluster_client::election::identity("csi-addons-manager");
+    tasks.spawn(crate::driver_trust::follow(client.clone(), security.trust(), stop.clone()));
     let core = Arc::new(Core::new(
         client.clone(),
         security,

@@ -1,12 +1,15 @@
-//! How the manager talks to a sidecar: TLS that verifies the sidecar against `--sidecar-ca-file`
-//! (or, without it, upstream's unverified TLS, so our manager can drive upstream's self-signed
-//! sidecars), plain TCP with `--enable-auth=false`, and the manager's ServiceAccount token on
-//! every call, re-read from its file as the kubelet rotates it.
+//! How the manager talks to a sidecar: TLS that verifies the sidecar against its driver's CA
+//! (`driver_trust`), else against `--sidecar-ca-file`, else not at all (upstream's unverified
+//! TLS, so our manager can drive upstream's self-signed sidecars; said once per driver); plain
+//! TCP with `--enable-auth=false`; and the manager's ServiceAccount token on every call, re-read
+//! from its file as the kubelet rotates it.
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rustls::pki_types::{CertificateDer, ServerName};
+
+use crate::driver_trust::DriverTrust;
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint, Uri};
@@ -92,61 +95,105 @@ impl Interceptor for BearerToken {
 /// A connection to one sidecar, with the token interceptor.
 pub type SidecarChannel = InterceptedService<Channel, BearerToken>;
 
+/// A client configuration that verifies servers against the certificates of `pem` (from
+/// `source`, named in errors).
+pub fn verifying_config(pem: &[u8], source: &str) -> Result<rustls::ClientConfig, ClientError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ClientError::BadCa(e.to_string()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    let certs: Vec<CertificateDer<'static>> = cluster_client::tls::pem_certificates(pem);
+    if certs.is_empty() {
+        return Err(ClientError::NoCertificate(source.to_owned()));
+    }
+    for cert in certs {
+        roots.add(cert).map_err(|e| ClientError::BadCa(format!("{source}: {e}")))?;
+    }
+    let mut config = builder.with_root_certificates(roots).with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(config)
+}
+
 /// How the manager secures its calls to sidecars.
 #[derive(Clone)]
 pub struct Security {
     /// `None`: plain TCP and no token (`--enable-auth=false`).
     tls: Option<Arc<rustls::ClientConfig>>,
+    /// Whether `tls` verifies (a `--sidecar-ca-file` was given).
+    verified: bool,
     token: BearerToken,
+    trust: Arc<DriverTrust>,
 }
 
 impl Security {
     /// `--enable-auth=false`.
     pub fn plain() -> Self {
-        Security { tls: None, token: BearerToken::none() }
+        Security { tls: None, verified: false, token: BearerToken::none(), trust: DriverTrust::new() }
+    }
+
+    /// The per-driver CAs this manager verifies sidecars with.
+    pub fn trust(&self) -> Arc<DriverTrust> {
+        self.trust.clone()
     }
 
     /// TLS and the token in `token_file`; the sidecar verified against `ca_file`, or, without one,
     /// not verified (upstream's behaviour; logged once by the caller).
     pub fn tls(token_file: impl Into<PathBuf>, ca_file: Option<&str>) -> Result<Self, ClientError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| ClientError::BadCa(e.to_string()))?;
-        let mut config = match ca_file {
+        let config = match ca_file {
             Some(path) => {
                 let pem = std::fs::read(path).map_err(|source| ClientError::Read { path: path.to_owned(), source })?;
-                let mut roots = rustls::RootCertStore::empty();
-                let certs: Vec<CertificateDer<'static>> = cluster_client::tls::pem_certificates(&pem);
-                if certs.is_empty() {
-                    return Err(ClientError::NoCertificate(path.to_owned()));
-                }
-                for cert in certs {
-                    roots.add(cert).map_err(|e| ClientError::BadCa(e.to_string()))?;
-                }
-                builder.with_root_certificates(roots).with_no_client_auth()
+                verifying_config(&pem, path)?
             }
-            None => builder
-                .dangerous()
-                .with_custom_certificate_verifier(cluster_client::tls::AnyServer::new())
-                .with_no_client_auth(),
+            None => {
+                let provider = Arc::new(rustls::crypto::ring::default_provider());
+                let mut config = rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| ClientError::BadCa(e.to_string()))?
+                    .dangerous()
+                    .with_custom_certificate_verifier(cluster_client::tls::AnyServer::new())
+                    .with_no_client_auth();
+                config.alpn_protocols = vec![b"h2".to_vec()];
+                config
+            }
         };
-        config.alpn_protocols = vec![b"h2".to_vec()];
-        Ok(Security { tls: Some(Arc::new(config)), token: BearerToken(Some(Arc::new(TokenFile::new(token_file)))) })
+        Ok(Security {
+            tls: Some(Arc::new(config)),
+            verified: ca_file.is_some(),
+            token: BearerToken(Some(Arc::new(TokenFile::new(token_file)))),
+            trust: DriverTrust::new(),
+        })
     }
 
-    /// Connects to `address` (`host:port`, IPv6 in brackets).
-    pub async fn connect(&self, address: &str) -> Result<SidecarChannel, ClientError> {
+    /// Connects to `address` (`host:port`, IPv6 in brackets), a sidecar of `driver`.
+    pub async fn connect(&self, address: &str, driver: &str) -> Result<SidecarChannel, ClientError> {
         let bad = |why: &str| ClientError::Endpoint { endpoint: address.to_owned(), why: why.to_owned() };
         let endpoint = Endpoint::from_shared(format!("http://{address}"))
             .map_err(|e| bad(&e.to_string()))?
             .connect_timeout(CONNECT_TIMEOUT);
         let connected = match &self.tls {
             None => endpoint.connect().await,
-            Some(config) => {
-                let host = address.rsplit_once(':').map(|(h, _)| h).ok_or_else(|| bad("no port"))?;
-                let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
-                let name = ServerName::try_from(host).map_err(|e| bad(&e.to_string()))?;
+            Some(default) => {
+                let (config, name) = match self.trust.config(driver) {
+                    // The driver's own CA, and its name as the server name.
+                    Some(config) => {
+                        let name = ServerName::try_from(driver.to_owned()).map_err(|e| bad(&e.to_string()))?;
+                        (config, name)
+                    }
+                    None => {
+                        if !self.verified && self.trust.first_unverified(driver) {
+                            tracing::warn!(
+                                %driver,
+                                "the sidecars of this driver are not verified: its CSIDriver names no CA \
+                                 (annotation {}) and no --sidecar-ca-file is given (upstream's self-signed mode)",
+                                api::driver::SIDECAR_CA_ANNOTATION
+                            );
+                        }
+                        let host = address.rsplit_once(':').map(|(h, _)| h).ok_or_else(|| bad("no port"))?;
+                        let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+                        (default.clone(), ServerName::try_from(host).map_err(|e| bad(&e.to_string()))?)
+                    }
+                };
                 let connector = tokio_rustls::TlsConnector::from(config.clone());
                 let target = address.to_owned();
                 endpoint

@@ -52,6 +52,31 @@ async fn reference_driver_manifests_pass_a_server_side_dry_run() {
     );
 }
 
+/// The driver operator's release YAML (rendered from driver-operator/config/, drift-checked by
+/// the packaging suite) passes a strict dry run, its CRD aside (installed already).
+#[tokio::test]
+async fn the_driver_operators_release_yaml_passes_a_server_side_dry_run() {
+    let cp = testenv::shared();
+    let client = cp.client().await.unwrap();
+    let ns = cp.namespace(&client, "deploy-operator").await.unwrap();
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/driver-operator/driver-operator.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut kinds = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(&text) {
+        let object = DynamicObject::deserialize(document).unwrap();
+        let kind = object.types.as_ref().unwrap().kind.clone();
+        kinds.push(kind.clone());
+        if kind == "CustomResourceDefinition" {
+            continue;
+        }
+        let created = strict_dry_run(&client, &ns, object.clone()).await;
+        assert!(created.is_ok(), "{kind} {:?} rejected: {created:?}", object.metadata.name);
+    }
+    for wanted in ["CustomResourceDefinition", "ClusterRole", "Deployment", "Namespace"] {
+        assert!(kinds.iter().any(|k| k == wanted), "no {wanted}: {kinds:?}");
+    }
+}
+
 /// The driver's manifests run this release's images, as deploy/controller/ does: `latest` would run
 /// whatever was pushed last, mixing versions in one cluster.
 #[test]

@@ -11,7 +11,7 @@ use api::csiaddons::{CSIAddonsNode, NetworkFenceClass};
 use api::driver::{DRIVER_NAME, ReferenceCSIDriver};
 use api::replication::{VolumeGroupReplicationClass, VolumeReplicationClass};
 use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass, VolumeAttachment};
@@ -89,6 +89,27 @@ fn container_image(set: &StatefulSet, name: &str) -> Option<String> {
     pod.containers.iter().find(|c| c.name == name)?.image.clone()
 }
 
+/// The serving certificate in `secret` verifies against `bundle` under the driver's name.
+fn verify_serving(bundle: &str, secret: &Secret) {
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    let mut roots = rustls::RootCertStore::empty();
+    for der in CertificateDer::pem_slice_iter(bundle.as_bytes()) {
+        roots.add(der.unwrap()).unwrap();
+    }
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        std::sync::Arc::new(roots),
+        std::sync::Arc::new(rustls::crypto::ring::default_provider()),
+    )
+    .build()
+    .unwrap();
+    let leaf = &secret.data.as_ref().unwrap()["tls.crt"].0;
+    let leaf = CertificateDer::pem_slice_iter(leaf).next().unwrap().unwrap();
+    let name = ServerName::try_from(DRIVER_NAME).unwrap();
+    verifier.verify_server_cert(&leaf, &[], &name, &[], UnixTime::now()).unwrap();
+}
+
 /// Writes the workloads' status as their controllers would for a finished rollout.
 async fn roll_out(client: &Client, namespace: &str) {
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
@@ -156,6 +177,15 @@ async fn one_object_gives_the_driver_which_rolls_out_is_removed_and_comes_back()
     operator.eventually("the node DaemonSet", async || daemons.get_opt("reference-driver-node").await.ok()?).await;
     let csi_driver = csi_drivers.get(DRIVER_NAME).await.unwrap();
     assert_eq!(csi_driver.metadata.labels.unwrap()["app.kubernetes.io/managed-by"], "reference-driver-operator");
+    // The sidecars serve a certificate the operator issued; the CSIDriver names its CA, which
+    // verifies it under the driver's name.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &driver_namespace);
+    let serving = secrets.get("reference-driver-sidecar-tls").await.unwrap();
+    assert_eq!(serving.type_.as_deref(), Some("kubernetes.io/tls"));
+    let ca_bundle = &csi_driver.metadata.annotations.unwrap()[api::driver::SIDECAR_CA_ANNOTATION];
+    verify_serving(ca_bundle, &serving);
+    let sidecar_args = container_args(&set, "csi-addons");
+    assert!(sidecar_args.contains(&"--tls-cert-file=/etc/csi-addons/tls/tls.crt".to_owned()), "{sidecar_args:?}");
     let created = Api::<Namespace>::all(client.clone()).get(&driver_namespace).await.unwrap();
     assert_eq!(created.metadata.labels.unwrap()["pod-security.kubernetes.io/enforce"], "privileged");
     let binding = Api::<ClusterRoleBinding>::all(client.clone()).get("reference-driver-controller").await.unwrap();
@@ -323,6 +353,7 @@ async fn one_object_gives_the_driver_which_rolls_out_is_removed_and_comes_back()
         Api::<StorageClass>::all(client.clone()).get_opt(&class_name).await.unwrap().is_some(),
         "StorageClasses stay"
     );
+    assert!(secrets.get_opt("reference-driver-sidecar-ca").await.unwrap().is_none(), "the CA goes with the driver");
     let (available, ..) = condition(&drivers, DRIVER_NAME, "Available").await.unwrap();
     assert!(!available);
 

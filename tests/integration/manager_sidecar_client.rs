@@ -10,7 +10,7 @@ use crate::sidecar_harness::{Serving, SidecarProcess, TestPki, Workload, manager
 const DRIVER: &str = "manager-client.csi-addons-rs.io";
 
 async fn capabilities(security: &Security, port: u16) -> Result<Vec<String>, String> {
-    let channel = security.connect(&format!("127.0.0.1:{port}")).await.map_err(|e| e.to_string())?;
+    let channel = security.connect(&format!("127.0.0.1:{port}"), DRIVER).await.map_err(|e| e.to_string())?;
     let answer = IdentityClient::new(channel)
         .get_capabilities(GetCapabilitiesRequest {})
         .await
@@ -99,7 +99,7 @@ async fn the_pool_finds_the_leader_past_a_broken_sidecar() {
     let dead =
         tonic::service::interceptor::InterceptedService::new(dead, operator::sidecar_client::BearerToken::none());
     pool.put(connection(&elsewhere, "dead-pod", "node-p2", dead));
-    let live = security.connect(&address).await.unwrap();
+    let live = security.connect(&address, DRIVER).await.unwrap();
     pool.put(connection(&namespace, &pod.name, "node-p1", live));
 
     let leader = pool.leader(&client, DRIVER).await.unwrap();
@@ -110,4 +110,81 @@ async fn the_pool_finds_the_leader_past_a_broken_sidecar() {
     assert!(missing.contains("reclaim_space.OFFLINE") && missing.contains("node-p1"), "{missing}");
     let none = pool.leader(&client, "other.driver").await.unwrap_err().to_string();
     assert!(none.contains("no sidecar of driver other.driver"), "{none}");
+}
+
+/// Per-driver trust: a driver whose CSIDriver names a CA has its sidecars verified against that
+/// CA alone, under the driver's name, even where the manager otherwise verifies nothing; a
+/// sidecar with a certificate from another CA, or a self-signed one, is refused. Other drivers
+/// keep the fallback. The manager follows the annotation on the real CSIDriver object.
+#[tokio::test]
+async fn a_driver_with_a_ca_on_its_csidriver_has_its_sidecars_verified_by_it_alone() {
+    use k8s_openapi::api::storage::v1::CSIDriver;
+    use kube::api::{Api, DeleteParams, PostParams};
+
+    let cp = testenv::shared();
+    let client = cp.client().await.unwrap();
+    let namespace = cp.namespace(&client, "manager-trust").await.unwrap();
+    let trusted_driver = crate::support::unique("trusted").replace('-', ".") + ".csi";
+    let recording = RecordingDriver::start(&trusted_driver, true, false);
+    let (token, identity) = manager_token(&client).await;
+    let files = tempfile::tempdir().unwrap();
+    let token_file = files.path().join("token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let allowed = vec![format!("--allowed-identities={identity}")];
+    let own = TestPki::for_names(&[&trusted_driver]);
+    let stranger = TestPki::for_names(&[&trusted_driver]);
+
+    // The manager's view of the CSIDrivers, followed from the API server.
+    let security = Security::tls(&token_file, None).unwrap();
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let following = tokio::spawn(operator::driver_trust::follow(client.clone(), security.trust(), stop));
+    security.trust().wait_synced().await;
+    let csi_drivers: Api<CSIDriver> = Api::all(client.clone());
+    let object: CSIDriver = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": trusted_driver, "annotations": {api::driver::SIDECAR_CA_ANNOTATION: own.ca_pem}},
+        "spec": {}
+    }))
+    .unwrap();
+    csi_drivers.create(&PostParams::default(), &object).await.unwrap();
+    let trusted = testenv::poll::until(testenv::poll::MINUTE, async || security.trust().config(&trusted_driver)).await;
+    assert!(trusted.is_some(), "the CA on the CSIDriver was not picked up");
+
+    let start = |node: &'static str, pod_name: &'static str, serving| {
+        let (client, namespace, endpoint, allowed) =
+            (client.clone(), namespace.clone(), recording.endpoint(), allowed.clone());
+        async move {
+            let pod = sidecar_pod(&client, &namespace, node, Workload::DaemonSet, pod_name).await;
+            let sidecar = SidecarProcess::start(&pod, node, &endpoint, serving, &allowed);
+            sidecar.wait_ready().await;
+            sidecar
+        }
+    };
+    let verified = start("node-t1", "csi-plugin-t1", Serving::Tls(&own)).await;
+    let on = |port: u16| format!("127.0.0.1:{port}");
+    let connect = async |port: u16, driver: &str| -> Result<Vec<String>, String> {
+        let channel = security.connect(&on(port), driver).await.map_err(|e| e.to_string())?;
+        let answer = IdentityClient::new(channel)
+            .get_capabilities(GetCapabilitiesRequest {})
+            .await
+            .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?;
+        Ok(api::capabilities::to_strings(&answer.into_inner().capabilities))
+    };
+    assert!(connect(verified.port, &trusted_driver).await.is_ok(), "the driver's own sidecar is refused");
+    let impostor = start("node-t2", "csi-plugin-t2", Serving::Tls(&stranger)).await;
+    let refused = connect(impostor.port, &trusted_driver).await.unwrap_err();
+    assert!(refused.contains("connecting to sidecar"), "{refused}");
+    let self_signed = start("node-t3", "csi-plugin-t3", Serving::SelfSigned).await;
+    assert!(connect(self_signed.port, &trusted_driver).await.is_err(), "a self-signed sidecar passed as the driver's");
+    // Another driver without a CA: upstream's unverified fallback still reaches it.
+    assert!(connect(self_signed.port, DRIVER).await.is_ok());
+
+    // The CSIDriver goes: so does the trust.
+    csi_drivers.delete(&trusted_driver, &DeleteParams::default()).await.unwrap();
+    let gone = testenv::poll::until(testenv::poll::MINUTE, async || {
+        security.trust().config(&trusted_driver).is_none().then_some(())
+    })
+    .await;
+    assert!(gone.is_some(), "the trust outlived its CSIDriver");
+    stop_tx.send_replace(true);
+    following.await.unwrap();
 }

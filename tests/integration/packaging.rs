@@ -57,6 +57,19 @@ fn the_release_yamls_are_what_config_renders() {
     assert_eq!(kinds, all);
 }
 
+/// deploy/driver-operator/driver-operator.yaml is what driver-operator/config/ renders.
+#[test]
+fn the_driver_operators_release_yaml_is_what_its_config_renders() {
+    let committed = std::fs::read_to_string(root().join("deploy/driver-operator/driver-operator.yaml")).unwrap();
+    let body = committed.split_once('\n').map(|(_, rest)| rest).unwrap_or_default();
+    let fresh = kustomize("../driver-operator/config/default");
+    assert!(body == fresh, "deploy/driver-operator/driver-operator.yaml is stale: run `make deploy-yamls`");
+    let objects = objects(body);
+    let deployment = objects.iter().find(|o| kind(o) == "Deployment").unwrap();
+    assert_eq!(deployment.data["spec"]["template"]["spec"]["serviceAccountName"], "reference-driver-operator");
+    assert_references_resolve("deploy/driver-operator/", &objects);
+}
+
 /// Every name one object gives of another among `objects` resolves: a workload's ServiceAccount,
 /// Secrets and ConfigMaps (unless optional), a Service's and a NetworkPolicy's Pod selector, a
 /// binding's role and ServiceAccounts. The panic lists what does not.
@@ -395,7 +408,7 @@ fn check_dockerfile(path: &Path, runtime: &str, user: Option<u32>) {
         let source = copy.split_whitespace().nth(2).unwrap();
         let bin = source.strip_prefix("/out/").unwrap_or_else(|| panic!("{what}: {copy} is not from /out"));
         assert!(installed.iter().any(|p| p.ends_with(&format!("/{bin}"))), "{what}: {bin} is copied but not built");
-        let declared = ["operator/Cargo.toml", "sidecar/Cargo.toml", "driver/Cargo.toml"]
+        let declared = ["operator/Cargo.toml", "sidecar/Cargo.toml", "driver/Cargo.toml", "driver-operator/Cargo.toml"]
             .iter()
             .any(|m| std::fs::read_to_string(root().join(m)).unwrap().contains(&format!("name = \"{bin}\"")));
         assert!(declared, "{what}: no [[bin]] {bin} in the workspace");
@@ -407,6 +420,7 @@ fn the_dockerfiles_run_static_binaries_on_pinned_bases() {
     check_dockerfile(&root().join("build/manager.Dockerfile"), "scratch", Some(65532));
     check_dockerfile(&root().join("build/sidecar.Dockerfile"), "scratch", None);
     check_dockerfile(&root().join("build/driver.Dockerfile"), "${BASE}", None);
+    check_dockerfile(&root().join("build/driver-operator.Dockerfile"), "scratch", Some(65532));
     let ignore = std::fs::read_to_string(root().join(".dockerignore")).unwrap();
     assert!(ignore.lines().any(|l| l == "target/"), "the build context leaves target/ out");
 }

@@ -29,6 +29,11 @@ pub struct TestPki {
 
 impl TestPki {
     pub fn new() -> Self {
+        Self::for_names(&["localhost", "127.0.0.1"])
+    }
+
+    /// A CA and a serving certificate for `names` (DNS names or IP addresses).
+    pub fn for_names(names: &[&str]) -> Self {
         use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
         let dir = tempfile::tempdir().unwrap();
         let ca_key = KeyPair::generate().unwrap();
@@ -38,7 +43,7 @@ impl TestPki {
         let ca_cert = ca.self_signed(&ca_key).unwrap();
         let issuer = Issuer::new(ca, ca_key);
         let key = KeyPair::generate().unwrap();
-        let serving = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
+        let serving = CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>()).unwrap();
         let cert = serving.signed_by(&key, &issuer).unwrap();
         let pki = TestPki {
             cert: dir.path().join("tls.crt"),

@@ -232,7 +232,7 @@ async fn connect(ctx: &Core, node: &CSIAddonsNode, target: &Target, key: &str) -
     let dial = |address: &str| {
         let address = address.to_owned();
         async move {
-            match ctx.security.connect(&address).await {
+            match ctx.security.connect(&address, &node.spec.driver.name).await {
                 Ok(channel) => Ok(channel),
                 Err(source) => Err(ConnectError::Dial { address, source }),
             }

@@ -1,0 +1,175 @@
+//! Per-driver trust. A CSI driver's `CSIDriver` object may carry, in the annotation
+//! `csi-addons-rs.io/sidecar-ca`, the CA bundle (PEM) that signs its CSI-Addons sidecars'
+//! certificates. The manager then verifies those sidecars against that bundle alone, with the
+//! driver's name as the server name (a sidecar's Pod IP is not known when its certificate is
+//! issued). Drivers without it keep `--sidecar-ca-file`, or upstream's unverified TLS, with a
+//! warning when it is used. This works whoever manages the manager's Deployment (OLM reverts edits
+//! to it): nothing of the manager's changes, and it needs no access to Secrets.
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use api::driver::SIDECAR_CA_ANNOTATION;
+use futures::StreamExt;
+use k8s_openapi::api::storage::v1::CSIDriver;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, ResourceExt};
+use rustls::ClientConfig;
+use tokio::sync::watch;
+
+use crate::sidecar_client::{ClientError, verifying_config};
+
+/// The drivers' verifiers, by driver name.
+pub struct DriverTrust {
+    verifiers: RwLock<HashMap<String, Arc<ClientConfig>>>,
+    warned: Mutex<HashSet<String>>,
+    synced: watch::Sender<bool>,
+}
+
+impl DriverTrust {
+    pub fn new() -> Arc<Self> {
+        Arc::new(DriverTrust {
+            verifiers: RwLock::default(),
+            warned: Mutex::default(),
+            synced: watch::channel(false).0,
+        })
+    }
+
+    /// The TLS configuration that verifies `driver`'s sidecars, if its CSIDriver names a CA.
+    pub fn config(&self, driver: &str) -> Option<Arc<ClientConfig>> {
+        self.verifiers.read().unwrap_or_else(PoisonError::into_inner).get(driver).cloned()
+    }
+
+    /// Sets `driver`'s CA bundle (`None` removes it). A bundle without a usable certificate is an
+    /// error and removes the driver's trust: its sidecars are then not verified this way.
+    pub fn set(&self, driver: &str, bundle: Option<&str>) -> Result<(), ClientError> {
+        let config = bundle.map(|pem| verifying_config(pem.as_bytes(), &format!("CSIDriver {driver}"))).transpose();
+        let mut verifiers = self.verifiers.write().unwrap_or_else(PoisonError::into_inner);
+        match config {
+            Ok(Some(config)) => {
+                verifiers.insert(driver.to_owned(), Arc::new(config));
+                Ok(())
+            }
+            Ok(None) => {
+                verifiers.remove(driver);
+                Ok(())
+            }
+            Err(e) => {
+                verifiers.remove(driver);
+                Err(e)
+            }
+        }
+    }
+
+    /// True the first time it is asked for `driver`: whether to warn that its sidecars are not
+    /// verified.
+    pub fn first_unverified(&self, driver: &str) -> bool {
+        self.warned.lock().unwrap_or_else(PoisonError::into_inner).insert(driver.to_owned())
+    }
+
+    fn mark_synced(&self) {
+        self.synced.send_replace(true);
+    }
+
+    /// Returns once every CSIDriver has been read (or reading them is forbidden): sidecars are
+    /// dialled only then, so none of a driver with a CA is reached unverified at start.
+    pub async fn wait_synced(&self) {
+        let mut synced = self.synced.subscribe();
+        let _ = synced.wait_for(|s| *s).await;
+    }
+}
+
+fn annotation(driver: &CSIDriver) -> Option<&str> {
+    driver.annotations().get(SIDECAR_CA_ANNOTATION).map(String::as_str)
+}
+
+fn apply(trust: &DriverTrust, driver: &CSIDriver) {
+    let name = driver.name_any();
+    let had = trust.config(&name).is_some();
+    match trust.set(&name, annotation(driver)) {
+        Ok(()) if trust.config(&name).is_some() && !had => {
+            tracing::info!(driver = %name, "sidecars of this driver are verified against the CA on its CSIDriver");
+        }
+        Ok(()) => {}
+        Err(e) => tracing::warn!(driver = %name, error = %e, "the CA on this CSIDriver cannot be used"),
+    }
+}
+
+/// Follows the CSIDrivers into `trust` until `stop`. Without permission to list them (upstream's
+/// RBAC, when this manager replaces upstream's), trust stays empty and that is said once.
+pub async fn follow(client: kube::Client, trust: Arc<DriverTrust>, mut stop: watch::Receiver<bool>) {
+    let mut events =
+        watcher::watcher(Api::<CSIDriver>::all(client), watcher::Config::default()).default_backoff().boxed();
+    let mut listing: Option<HashSet<String>> = None;
+    let mut forbidden_said = false;
+    loop {
+        let event = tokio::select! {
+            event = events.next() => event,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        match event {
+            None => return,
+            Some(Ok(Event::Init)) => listing = Some(HashSet::new()),
+            Some(Ok(Event::InitApply(driver))) => {
+                apply(&trust, &driver);
+                if let Some(seen) = listing.as_mut() {
+                    seen.insert(driver.name_any());
+                }
+            }
+            Some(Ok(Event::InitDone)) => {
+                // Drivers deleted while the watch was down lose their trust.
+                if let Some(seen) = listing.take() {
+                    let known: Vec<String> =
+                        trust.verifiers.read().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect();
+                    for gone in known.into_iter().filter(|d| !seen.contains(d)) {
+                        let _ = trust.set(&gone, None);
+                    }
+                }
+                trust.mark_synced();
+            }
+            Some(Ok(Event::Apply(driver))) => apply(&trust, &driver),
+            Some(Ok(Event::Delete(driver))) => {
+                let _ = trust.set(&driver.name_any(), None);
+            }
+            Some(Err(e)) => {
+                let forbidden = matches!(&e, watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 403)
+                    || matches!(&e, watcher::Error::WatchFailed(kube::Error::Api(s)) if s.code == 403);
+                if forbidden {
+                    if !forbidden_said {
+                        tracing::warn!(error = %e, "cannot read CSIDrivers: no per-driver sidecar CA is used");
+                        forbidden_said = true;
+                    }
+                    trust.mark_synced();
+                } else {
+                    tracing::debug!(error = %e, "watching CSIDrivers; retrying");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ca_pem() -> String {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.self_signed(&key).unwrap().pem()
+    }
+
+    #[test]
+    fn a_driver_is_trusted_by_its_own_bundle_and_a_bad_one_removes_trust() {
+        let trust = DriverTrust::new();
+        assert!(trust.config("a.csi").is_none());
+        trust.set("a.csi", Some(&ca_pem())).unwrap();
+        assert!(trust.config("a.csi").is_some());
+        assert!(trust.config("b.csi").is_none(), "trust is per driver");
+        let err = trust.set("a.csi", Some("not a certificate")).unwrap_err().to_string();
+        assert!(err.contains("CSIDriver a.csi"), "{err}");
+        assert!(trust.config("a.csi").is_none());
+        assert!(trust.first_unverified("b.csi") && !trust.first_unverified("b.csi"), "warned once");
+    }
+}
