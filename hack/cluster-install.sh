@@ -3,6 +3,7 @@
 # hack/images.sh from the cluster's registry:
 #   hack/cluster-install.sh controller   # deploy/controller/ into csi-addons-system (Pod Security: restricted)
 #   hack/cluster-install.sh driver       # deploy/reference-driver/ with the sidecars at their shipped defaults
+#   hack/cluster-install.sh driver-operator  # deploy/driver-operator/ (the driver comes from a ReferenceCSIDriver)
 # The shipped YAMLs are applied as users get them: the cluster's containerd takes ghcr.io/csi-addons-rs/…
 # and registry.k8s.io/sig-storage/… from its own registry, where hack/images.sh pushed them.
 set -euo pipefail
@@ -27,5 +28,9 @@ case "$what" in
     kubectl -n csi-addons-reference rollout status daemonset/reference-driver-node --timeout=180s >&2
     kubectl -n csi-addons-reference rollout status statefulset/reference-driver-controller --timeout=180s >&2
     ;;
-  *) log "usage: hack/cluster-install.sh controller|driver"; exit 2 ;;
+  driver-operator)
+    kubectl apply --server-side -f - <"$root/deploy/driver-operator/driver-operator.yaml" >/dev/null
+    kubectl -n reference-driver-operator rollout status deployment/reference-driver-operator --timeout=180s >&2
+    ;;
+  *) log "usage: hack/cluster-install.sh controller|driver|driver-operator"; exit 2 ;;
 esac

@@ -82,4 +82,4 @@ for name in csi-provisioner csi-attacher csi-resizer; do
   bh commit --quiet --rm "$c" "localhost/$name:$version" >/dev/null
   push "localhost/$name:$version" "registry.k8s.io/sig-storage/$name:$version"
 done
-log "images in $REGISTRY: ghcr.io/csi-addons-rs/{csi-addons-manager,csi-addons-sidecar,reference-driver,csi-addons-bundle}:$tag; registry.k8s.io/sig-storage/{csi-provisioner,csi-attacher,csi-resizer}"
+log "images in $REGISTRY: ghcr.io/csi-addons-rs/{csi-addons-manager,csi-addons-sidecar,reference-driver,reference-driver-operator,csi-addons-bundle}:$tag; registry.k8s.io/sig-storage/{csi-provisioner,csi-attacher,csi-resizer}"
