@@ -5,8 +5,8 @@
 //! issued). Drivers without it keep `--sidecar-ca-file`, or upstream's unverified TLS, with a
 //! warning when it is used. This works whoever manages the manager's Deployment (OLM reverts edits
 //! to it): nothing of the manager's changes, and it needs no access to Secrets.
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::collections::HashSet;
+use std::sync::Arc;
 
 use api::driver::SIDECAR_CA_ANNOTATION;
 use futures::StreamExt;
@@ -14,70 +14,9 @@ use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, ResourceExt};
-use rustls::ClientConfig;
 use tokio::sync::watch;
 
-use crate::sidecar_client::{ClientError, verifying_config};
-
-/// The drivers' verifiers, by driver name.
-pub struct DriverTrust {
-    verifiers: RwLock<HashMap<String, Arc<ClientConfig>>>,
-    warned: Mutex<HashSet<String>>,
-    synced: watch::Sender<bool>,
-}
-
-impl DriverTrust {
-    pub fn new() -> Arc<Self> {
-        Arc::new(DriverTrust {
-            verifiers: RwLock::default(),
-            warned: Mutex::default(),
-            synced: watch::channel(false).0,
-        })
-    }
-
-    /// The TLS configuration that verifies `driver`'s sidecars, if its CSIDriver names a CA.
-    pub fn config(&self, driver: &str) -> Option<Arc<ClientConfig>> {
-        self.verifiers.read().unwrap_or_else(PoisonError::into_inner).get(driver).cloned()
-    }
-
-    /// Sets `driver`'s CA bundle (`None` removes it). A bundle without a usable certificate is an
-    /// error and removes the driver's trust: its sidecars are then not verified this way.
-    pub fn set(&self, driver: &str, bundle: Option<&str>) -> Result<(), ClientError> {
-        let config = bundle.map(|pem| verifying_config(pem.as_bytes(), &format!("CSIDriver {driver}"))).transpose();
-        let mut verifiers = self.verifiers.write().unwrap_or_else(PoisonError::into_inner);
-        match config {
-            Ok(Some(config)) => {
-                verifiers.insert(driver.to_owned(), Arc::new(config));
-                Ok(())
-            }
-            Ok(None) => {
-                verifiers.remove(driver);
-                Ok(())
-            }
-            Err(e) => {
-                verifiers.remove(driver);
-                Err(e)
-            }
-        }
-    }
-
-    /// True the first time it is asked for `driver`: whether to warn that its sidecars are not
-    /// verified.
-    pub fn first_unverified(&self, driver: &str) -> bool {
-        self.warned.lock().unwrap_or_else(PoisonError::into_inner).insert(driver.to_owned())
-    }
-
-    fn mark_synced(&self) {
-        self.synced.send_replace(true);
-    }
-
-    /// Returns once every CSIDriver has been read (or reading them is forbidden): sidecars are
-    /// dialled only then, so none of a driver with a CA is reached unverified at start.
-    pub async fn wait_synced(&self) {
-        let mut synced = self.synced.subscribe();
-        let _ = synced.wait_for(|s| *s).await;
-    }
-}
+use crate::sidecar_client::DriverTrust;
 
 fn annotation(driver: &CSIDriver) -> Option<&str> {
     driver.annotations().get(SIDECAR_CA_ANNOTATION).map(String::as_str)
@@ -119,9 +58,7 @@ pub async fn follow(client: kube::Client, trust: Arc<DriverTrust>, mut stop: wat
             Some(Ok(Event::InitDone)) => {
                 // Drivers deleted while the watch was down lose their trust.
                 if let Some(seen) = listing.take() {
-                    let known: Vec<String> =
-                        trust.verifiers.read().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect();
-                    for gone in known.into_iter().filter(|d| !seen.contains(d)) {
+                    for gone in trust.drivers().into_iter().filter(|d| !seen.contains(d)) {
                         let _ = trust.set(&gone, None);
                     }
                 }

@@ -3,13 +3,15 @@
 //! TLS, so our manager can drive upstream's self-signed sidecars; said once per driver); plain
 //! TCP with `--enable-auth=false`; and the manager's ServiceAccount token on every call, re-read
 //! from its file as the kubelet rotates it.
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
+use rustls::ClientConfig;
 use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::sync::watch;
 
-use crate::driver_trust::DriverTrust;
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint, Uri};
@@ -113,6 +115,73 @@ pub fn verifying_config(pem: &[u8], source: &str) -> Result<rustls::ClientConfig
     let mut config = builder.with_root_certificates(roots).with_no_client_auth();
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(config)
+}
+
+/// Per-driver trust (followed from the CSIDrivers by `driver_trust`): the drivers' verifiers,
+/// by driver name.
+pub struct DriverTrust {
+    verifiers: RwLock<HashMap<String, Arc<ClientConfig>>>,
+    warned: Mutex<HashSet<String>>,
+    synced: watch::Sender<bool>,
+}
+
+impl DriverTrust {
+    pub fn new() -> Arc<Self> {
+        Arc::new(DriverTrust {
+            verifiers: RwLock::default(),
+            warned: Mutex::default(),
+            synced: watch::channel(false).0,
+        })
+    }
+
+    /// The TLS configuration that verifies `driver`'s sidecars, if its CSIDriver names a CA.
+    pub fn config(&self, driver: &str) -> Option<Arc<ClientConfig>> {
+        self.verifiers.read().unwrap_or_else(PoisonError::into_inner).get(driver).cloned()
+    }
+
+    /// Sets `driver`'s CA bundle (`None` removes it). A bundle without a usable certificate is an
+    /// error and removes the driver's trust: its sidecars are then not verified this way.
+    pub fn set(&self, driver: &str, bundle: Option<&str>) -> Result<(), ClientError> {
+        let config = bundle.map(|pem| verifying_config(pem.as_bytes(), &format!("CSIDriver {driver}"))).transpose();
+        let mut verifiers = self.verifiers.write().unwrap_or_else(PoisonError::into_inner);
+        match config {
+            Ok(Some(config)) => {
+                verifiers.insert(driver.to_owned(), Arc::new(config));
+                Ok(())
+            }
+            Ok(None) => {
+                verifiers.remove(driver);
+                Ok(())
+            }
+            Err(e) => {
+                verifiers.remove(driver);
+                Err(e)
+            }
+        }
+    }
+
+    /// True the first time it is asked for `driver`: whether to warn that its sidecars are not
+    /// verified.
+    pub fn first_unverified(&self, driver: &str) -> bool {
+        self.warned.lock().unwrap_or_else(PoisonError::into_inner).insert(driver.to_owned())
+    }
+
+    /// The drivers trusted now.
+    pub fn drivers(&self) -> Vec<String> {
+        self.verifiers.read().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect()
+    }
+
+    /// Every CSIDriver has been read (or reading them is forbidden).
+    pub fn mark_synced(&self) {
+        self.synced.send_replace(true);
+    }
+
+    /// Returns once every CSIDriver has been read (or reading them is forbidden): sidecars are
+    /// dialled only then, so none of a driver with a CA is reached unverified at start.
+    pub async fn wait_synced(&self) {
+        let mut synced = self.synced.subscribe();
+        let _ = synced.wait_for(|s| *s).await;
+    }
 }
 
 /// How the manager secures its calls to sidecars.
