@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use api::proto::csi::v1 as csi;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
 
 use crate::decide::Backend;
 
@@ -13,8 +12,8 @@ use crate::decide::Backend;
 pub const IDENTITY_PORT: u16 = 9071;
 /// The manifest key the driver lists its profiles under.
 const PROFILES_KEY: &str = "profiles";
-/// The controller plugin's Pods.
-const CONTROLLER_PODS: &str = "app.kubernetes.io/name=reference-driver,app.kubernetes.io/component=controller";
+/// The label that tells the controller plugin's Pods from the node plugin's.
+const COMPONENT: &str = "app.kubernetes.io/component";
 /// A call that takes longer than this counts as unanswered.
 const ANSWER_WITHIN: Duration = Duration::from_secs(5);
 
@@ -25,16 +24,12 @@ pub fn profiles_of(manifest: &std::collections::HashMap<String, String>) -> Opti
     Some(listed.split(',').map(str::trim).filter(|p| !p.is_empty()).map(str::to_owned).collect())
 }
 
-/// Asks the running controller plugin. `Unknown` while none runs with an address.
-pub async fn ask(client: &kube::Client, namespace: &str) -> Backend {
-    let pods = match Api::<Pod>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default().labels(CONTROLLER_PODS))
-        .await
-    {
-        Ok(pods) => pods.items,
-        Err(e) => return Backend::Unreachable(format!("listing the controller plugin's Pods: {e}")),
-    };
-    let running = pods.iter().find_map(|p| {
+/// Asks the running controller plugin among the driver's `pods` (as the rollout read them).
+/// `Unknown` while none runs with an address.
+pub async fn ask(pods: &[Pod]) -> Backend {
+    let controller =
+        |p: &&Pod| p.metadata.labels.as_ref().and_then(|l| l.get(COMPONENT)).map(String::as_str) == Some("controller");
+    let running = pods.iter().filter(controller).find_map(|p| {
         let status = p.status.as_ref()?;
         (status.phase.as_deref() == Some("Running") && p.metadata.deletion_timestamp.is_none())
             .then(|| status.pod_ip.clone())

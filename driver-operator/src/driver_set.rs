@@ -153,9 +153,9 @@ async fn reconcile(driver: Arc<ReferenceCSIDriver>, ctx: Arc<Context>) -> Result
             let sidecar_ca = if driver.spec.csi_addons.enabled { Some(certificates(&ctx).await?) } else { None };
             let assets = assets::render(&driver.spec, &ctx.placement, sidecar_ca.as_deref())?;
             apply_all(&ctx.client, &assets).await?;
-            backend = backend::ask(&ctx.client, &ctx.placement.namespace).await;
-            apply_classes(&ctx, &driver, &backend).await?;
             let seen = observe(&ctx, &assets).await?;
+            backend = backend::ask(&seen.pods).await;
+            apply_classes(&ctx, &driver, &backend).await?;
             let rollout = seen.rollout.clone();
             observed = Some(seen);
             let next = if rollout == Rollout::Done { SETTLED } else { BUSY };
@@ -261,6 +261,8 @@ struct Observed {
     rollout: Rollout,
     generations: Vec<GenerationStatus>,
     driver_image: Option<String>,
+    /// The driver's Pods, read once for the rollout and the backend query.
+    pods: Vec<Pod>,
 }
 
 fn generation_of<K: Resource<DynamicType = ()>>(object: &K, group: &str, resource: &str) -> GenerationStatus {
@@ -369,6 +371,7 @@ async fn observe(ctx: &Context, assets: &Assets) -> Result<Observed, DriverSetEr
         rollout: rollout(controller.as_ref(), node.as_ref(), &pods.items),
         generations,
         driver_image: assets::driver_image(assets),
+        pods: pods.items,
     })
 }
 
