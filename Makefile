@@ -81,7 +81,7 @@ demo-cluster: ## make demo's story in real Pods, on a fresh `make cluster-up`: i
 	hack/cluster-install.sh driver
 	hack/cluster.sh exec $(CARGO) test --offline --locked -q -p integration-tests --test cluster story -- --ignored --nocapture --test-threads=1
 
-test-cluster: ship-binaries ## The product in real Pods: a fresh one-node cluster, the release YAMLs and the driver installed, tests/cluster run inside its network namespace, then everything removed (and checked)
+test-cluster: ship-binaries ## The product in real Pods: a fresh one-node cluster, the release YAMLs and the driver installed, tests/cluster run inside its network namespace; then the driver replaced by the driver operator's, taken through backend loss, a spec change, Removed and Managed; then everything removed (and checked)
 	$(CARGO) test --locked -p integration-tests --test cluster --no-run
 	@hack/cluster.sh check || { echo "test-cluster: a cluster is running or left traces; make cluster-down first" >&2; exit 1; }
 	@# Whatever happens, the cluster goes, and a trace it leaves fails the target.
@@ -90,9 +90,12 @@ test-cluster: ship-binaries ## The product in real Pods: a fresh one-node cluste
 	hack/images.sh $(SHIP_DIR) $(IMAGE_TAG); \
 	hack/cluster-install.sh controller; \
 	hack/cluster-install.sh driver; \
-	HELM="$$(hack/helm.sh)"; hack/cluster.sh exec env HELM="$$HELM" $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1 --skip olm --skip readme_helm --skip prometheus
+	HELM="$$(hack/helm.sh)"; hack/cluster.sh exec env HELM="$$HELM" $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1 --skip olm --skip readme_helm --skip prometheus --skip driver_operator; \
+	hack/cluster-install.sh remove-driver; \
+	hack/cluster-install.sh driver-operator; \
+	hack/cluster.sh exec $(CARGO) test --offline --locked -p integration-tests --test cluster driver_operator:: -- --ignored --test-threads=1 --nocapture
 
-test-olm: ship-binaries ## OLM for real: a fresh one-node cluster with OLM v0.33.0 (hack/olm.sh), the README's Helm command, then the bundle installed by operator-sdk as the README says, upgraded to the next version's, from a catalog by a Subscription, and scorecard in Pods; then the release YAMLs and the driver, scraped by a Prometheus the Prometheus Operator runs (hack/prometheus.sh) while the story runs; then everything removed (and checked)
+test-olm: ship-binaries ## OLM for real: a fresh one-node cluster with OLM v0.33.0 (hack/olm.sh), the README's Helm command, then the bundle installed by operator-sdk as the README says, upgraded to the next version's, from a catalog by a Subscription, and scorecard in Pods; the driver operator subscribed to, OLM resolving csi-addons as its dependency, and the story run on its driver; then the release YAMLs and the driver, scraped by a Prometheus the Prometheus Operator runs (hack/prometheus.sh) while the story runs; then everything removed (and checked)
 	$(CARGO) test --locked -p integration-tests --test cluster --no-run
 	@hack/cluster.sh check || { echo "test-olm: a cluster is running or left traces; make cluster-down first" >&2; exit 1; }
 	@trap 'hack/cluster.sh down || exit 1' EXIT; set -e; \
@@ -101,10 +104,10 @@ test-olm: ship-binaries ## OLM for real: a fresh one-node cluster with OLM v0.33
 	next="$$(mktemp -d)"; $(MAKE) -s bundle VERSION=$(NEXT_VERSION) BUNDLE_OUT="$$next" >/dev/null 2>&1; \
 	hack/images.sh --next-bundle "$$next" $(IMAGE_TAG) v$(NEXT_VERSION); rm -rf "$$next"; \
 	hack/olm.sh up; \
-	hack/catalog.sh v$(NEXT_VERSION) $(VERSION) $(NEXT_VERSION); \
+	DRIVER_OPERATOR_VERSION=$(VERSION) hack/catalog.sh v$(NEXT_VERSION) $(VERSION) $(NEXT_VERSION); \
 	SDK="$$(hack/operator-sdk.sh)"; HELM="$$(hack/helm.sh)"; \
 	run() { hack/cluster.sh exec env OPERATOR_SDK_DIR="$$SDK" HELM="$$HELM" NEXT_VERSION=$(NEXT_VERSION) $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1 --nocapture "$$@"; }; \
-	run readme_helm; run olm; \
+	run readme_helm; run olm --skip olm_driver; run olm_driver; \
 	hack/cluster-install.sh controller; hack/cluster-install.sh driver; hack/prometheus.sh up; \
 	run prometheus
 
@@ -152,8 +155,17 @@ BUNDLE_REPLACES ?= $(if $(filter $(RELEASED_VERSION),$(VERSION)),,csi-addons.v$(
 BUNDLE_OUT ?= .
 BUNDLE_IMAGE ?= $(IMAGE_REGISTRY)/csi-addons-bundle:$(IMAGE_TAG)
 
-bundle: ## Regenerate bundle/ and bundle.Dockerfile from config/manifests (operator-sdk built once from the Go module proxy)
+bundle: ## Regenerate bundle/ and bundle.Dockerfile from config/manifests, and the driver operator's (driver-operator/bundle/, depending on the csi-addons package) from driver-operator/config/manifests (operator-sdk built once from the Go module proxy)
 	BUNDLE_CREATED_AT=$(RELEASE_DATE) IMAGE_TAG=$(IMAGE_TAG) VERSION=$(VERSION) REPLACES=$(BUNDLE_REPLACES) hack/bundle.sh $(BUNDLE_OUT)
+	mkdir -p $(BUNDLE_OUT)/driver-operator
+	BUNDLE_CREATED_AT=$(RELEASE_DATE) IMAGE_TAG=$(IMAGE_TAG) VERSION=$(VERSION) PACKAGE=reference-driver-operator SOURCE=driver-operator \
+	  DEPENDS='csi-addons:>=$(RELEASED_VERSION)' RELATED_IMAGES='$(DRIVER_OPERATOR_IMAGES)' hack/bundle.sh $(BUNDLE_OUT)/driver-operator
+
+# The images the driver operator runs and installs (its bundle's relatedImages).
+DRIVER_OPERATOR_IMAGES = reference-driver-operator=ghcr.io/csi-addons-rs/reference-driver-operator:$(IMAGE_TAG) \
+  reference-driver=ghcr.io/csi-addons-rs/reference-driver:$(IMAGE_TAG) csi-addons-sidecar=ghcr.io/csi-addons-rs/csi-addons-sidecar:$(IMAGE_TAG) \
+  csi-provisioner=registry.k8s.io/sig-storage/csi-provisioner:v6.3.0 csi-attacher=registry.k8s.io/sig-storage/csi-attacher:v4.13.0 \
+  csi-resizer=registry.k8s.io/sig-storage/csi-resizer:v2.3.0
 
 OPERATORHUB_OUT ?= target/operatorhub
 

@@ -4,6 +4,8 @@
 #   hack/cluster-install.sh controller   # deploy/controller/ into csi-addons-system (Pod Security: restricted)
 #   hack/cluster-install.sh driver       # deploy/reference-driver/ with the sidecars at their shipped defaults
 #   hack/cluster-install.sh driver-operator  # deploy/driver-operator/ (the driver comes from a ReferenceCSIDriver)
+#   hack/cluster-install.sh remove-driver    # the tests' workloads (their volumes deleted by the driver), then
+#                                            # deploy/reference-driver/, so the driver operator can install it
 # The shipped YAMLs are applied as users get them: the cluster's containerd takes ghcr.io/csi-addons-rs/…
 # and registry.k8s.io/sig-storage/… from its own registry, where hack/images.sh pushed them.
 set -euo pipefail
@@ -32,5 +34,17 @@ case "$what" in
     kubectl apply --server-side -f - <"$root/deploy/driver-operator/driver-operator.yaml" >/dev/null
     kubectl -n reference-driver-operator rollout status deployment/reference-driver-operator --timeout=180s >&2
     ;;
-  *) log "usage: hack/cluster-install.sh controller|driver|driver-operator"; exit 2 ;;
+  remove-driver)
+    # Volumes first, while the driver that deletes them still runs: the PVCs go with their namespace,
+    # and their PVs (reclaim policy Delete) once the driver has deleted the volumes.
+    kubectl delete namespace workloads --ignore-not-found --timeout=180s >/dev/null
+    for _ in $(seq 90); do
+      [ -z "$(kubectl get pv -o name)" ] && break
+      sleep 2
+    done
+    [ -z "$(kubectl get pv -o name)" ] || { log "PVs left after the workloads went: $(kubectl get pv -o name)"; exit 1; }
+    "$(KUSTOMIZE_QUIET=1 "$here/kustomize.sh")" build "$root/deploy/reference-driver" \
+      | kubectl delete --ignore-not-found --timeout=180s -f - >/dev/null
+    ;;
+  *) log "usage: hack/cluster-install.sh controller|driver|driver-operator|remove-driver"; exit 2 ;;
 esac

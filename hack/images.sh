@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the product's images from build/*.Dockerfile and bundle.Dockerfile and pushes them, with the Kubernetes CSI sidecars
+# Builds the product's images from build/*.Dockerfile and the two bundle.Dockerfiles and pushes them, with the Kubernetes CSI sidecars
 # built here, to the one-node cluster's registry:
 #   hack/images.sh SHIP_DIR TAG
 #   hack/images.sh --next-bundle DIR TAG NEXT_TAG
@@ -36,10 +36,12 @@ image_of() {
   bh commit --quiet --rm "$c" "$name" >/dev/null
 }
 
-# bundle_image DIR TAG: the bundle.Dockerfile of DIR (manifests and metadata on scratch), pushed.
+# bundle_image DIR TAG [NAME]: the bundle.Dockerfile of DIR (manifests and metadata on scratch), pushed
+# as NAME (default csi-addons-bundle).
 bundle_image() {
-  bh bud --quiet --layers=false -f "$1/bundle.Dockerfile" -t "localhost/csi-addons-bundle:$2" "$1" >/dev/null
-  push "localhost/csi-addons-bundle:$2" "ghcr.io/csi-addons-rs/csi-addons-bundle:$2"
+  local name=${3:-csi-addons-bundle}
+  bh bud --quiet --layers=false -f "$1/bundle.Dockerfile" -t "localhost/$name:$2" "$1" >/dev/null
+  push "localhost/$name:$2" "ghcr.io/csi-addons-rs/$name:$2"
 }
 
 if [ "$mode" = next ]; then
@@ -70,6 +72,7 @@ for image in manager:csi-addons-manager sidecar:csi-addons-sidecar driver:refere
 done
 
 bundle_image . "$tag"
+bundle_image driver-operator "$tag" reference-driver-operator-bundle
 
 # The Kubernetes CSI sidecars: one static binary each on scratch, run as root as their own images
 # are (the driver's socket is root's).
@@ -82,4 +85,4 @@ for name in csi-provisioner csi-attacher csi-resizer; do
   bh commit --quiet --rm "$c" "localhost/$name:$version" >/dev/null
   push "localhost/$name:$version" "registry.k8s.io/sig-storage/$name:$version"
 done
-log "images in $REGISTRY: ghcr.io/csi-addons-rs/{csi-addons-manager,csi-addons-sidecar,reference-driver,reference-driver-operator,csi-addons-bundle}:$tag; registry.k8s.io/sig-storage/{csi-provisioner,csi-attacher,csi-resizer}"
+log "images in $REGISTRY: ghcr.io/csi-addons-rs/{csi-addons-manager,csi-addons-sidecar,reference-driver,reference-driver-operator,csi-addons-bundle,reference-driver-operator-bundle}:$tag; registry.k8s.io/sig-storage/{csi-provisioner,csi-attacher,csi-resizer}"

@@ -24,13 +24,20 @@ fn annotation(driver: &CSIDriver) -> Option<&str> {
 
 fn apply(trust: &DriverTrust, driver: &CSIDriver) {
     let name = driver.name_any();
-    let had = trust.config(&name).is_some();
-    match trust.set(&name, annotation(driver)) {
-        Ok(()) if trust.config(&name).is_some() && !had => {
+    let before = trust.stamp(&name);
+    let outcome = trust.set(&name, annotation(driver));
+    if trust.stamp(&name) == before {
+        return; // the same bundle as before: said already
+    }
+    match outcome {
+        Ok(()) if trust.config(&name).is_some() => {
             tracing::info!(driver = %name, "sidecars of this driver are verified against the CA on its CSIDriver");
         }
         Ok(()) => {}
-        Err(e) => tracing::warn!(driver = %name, error = %e, "the CA on this CSIDriver cannot be used"),
+        Err(e) => tracing::warn!(
+            driver = %name, error = %e,
+            "the CA on this CSIDriver cannot be used: its sidecars are not called until it is fixed"
+        ),
     }
 }
 
@@ -98,15 +105,29 @@ mod tests {
     }
 
     #[test]
-    fn a_driver_is_trusted_by_its_own_bundle_and_a_bad_one_removes_trust() {
+    fn a_driver_is_trusted_by_its_own_bundle_and_a_bad_one_fails_closed() {
         let trust = DriverTrust::new();
-        assert!(trust.config("a.csi").is_none());
-        trust.set("a.csi", Some(&ca_pem())).unwrap();
+        assert!(trust.verifier("a.csi").is_none());
+        let ca = ca_pem();
+        trust.set("a.csi", Some(&ca)).unwrap();
         assert!(trust.config("a.csi").is_some());
         assert!(trust.config("b.csi").is_none(), "trust is per driver");
+        let stamp = trust.stamp("a.csi");
+        trust.set("a.csi", Some(&ca)).unwrap();
+        assert_eq!(
+            trust.stamp("a.csi"),
+            stamp,
+            "the same bundle again changes nothing: no connection is dialled again"
+        );
         let err = trust.set("a.csi", Some("not a certificate")).unwrap_err().to_string();
         assert!(err.contains("CSIDriver a.csi"), "{err}");
+        assert!(trust.stamp("a.csi") > stamp, "a changed bundle has connections dialled again");
+        assert_eq!(trust.stamp("b.csi"), 0, "other drivers' connections are kept");
         assert!(trust.config("a.csi").is_none());
+        let refused = trust.verifier("a.csi").expect("a broken bundle is kept, not forgotten");
+        assert!(refused.is_err(), "its sidecars are refused rather than reached unverified");
+        trust.set("a.csi", None).unwrap();
+        assert!(trust.verifier("a.csi").is_none(), "an annotation removed: upstream's behaviour again");
         assert!(trust.first_unverified("b.csi") && !trust.first_unverified("b.csi"), "warned once");
     }
 }

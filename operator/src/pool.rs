@@ -131,6 +131,10 @@ pub struct Connection {
     /// `<field>.<VALUE>` strings.
     pub capabilities: Vec<String>,
     pub channel: SidecarChannel,
+    /// The per-driver trust's stamp when the channel was dialled (`DriverTrust::stamp`): a
+    /// channel redials with the TLS settings it was made with, so one made under other trust
+    /// is dialled anew.
+    pub trust_stamp: u64,
 }
 
 impl std::fmt::Debug for Connection {

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
+use api::driver::SIDECAR_CA_ANNOTATION;
 use rustls::ClientConfig;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::sync::watch;
@@ -33,6 +34,8 @@ pub enum ClientError {
     NoCertificate(String),
     #[error("the sidecar CA cannot be used: {0}")]
     BadCa(String),
+    #[error("the sidecars of driver {driver} are not called: {why}")]
+    Untrusted { driver: String, why: String },
     #[error("endpoint {endpoint:?}: {why}")]
     Endpoint { endpoint: String, why: String },
     #[error("connecting to sidecar {endpoint}: {source}")]
@@ -117,10 +120,23 @@ pub fn verifying_config(pem: &[u8], source: &str) -> Result<rustls::ClientConfig
     Ok(config)
 }
 
+/// One driver's trust: the bundle its CSIDriver names, and what came of it.
+struct Trusted {
+    bundle: String,
+    /// The verifier, or why the bundle cannot be used. A broken bundle fails closed: the
+    /// driver's sidecars are not called at all, rather than called unverified.
+    verifier: Result<Arc<ClientConfig>, String>,
+}
+
 /// Per-driver trust (followed from the CSIDrivers by `driver_trust`): the drivers' verifiers,
 /// by driver name.
 pub struct DriverTrust {
-    verifiers: RwLock<HashMap<String, Arc<ClientConfig>>>,
+    verifiers: RwLock<HashMap<String, Trusted>>,
+    /// Counts the changes of each driver's trust: a connection dialled under another count is
+    /// dialled again, so one made unverified (or under an old CA) is not kept once a CA appears.
+    stamps: Mutex<HashMap<String, u64>>,
+    /// Counts every change, for those who wait for one.
+    changed: watch::Sender<u64>,
     warned: Mutex<HashSet<String>>,
     synced: watch::Sender<bool>,
 }
@@ -129,35 +145,56 @@ impl DriverTrust {
     pub fn new() -> Arc<Self> {
         Arc::new(DriverTrust {
             verifiers: RwLock::default(),
+            stamps: Mutex::default(),
+            changed: watch::channel(0).0,
             warned: Mutex::default(),
             synced: watch::channel(false).0,
         })
     }
 
-    /// The TLS configuration that verifies `driver`'s sidecars, if its CSIDriver names a CA.
+    /// The TLS configuration that verifies `driver`'s sidecars, if its CSIDriver names a usable CA.
     pub fn config(&self, driver: &str) -> Option<Arc<ClientConfig>> {
-        self.verifiers.read().unwrap_or_else(PoisonError::into_inner).get(driver).cloned()
+        self.verifier(driver).and_then(Result::ok)
+    }
+
+    /// `driver`'s verifier: `None` when its CSIDriver names no CA, an error when the CA it names
+    /// cannot be used.
+    pub fn verifier(&self, driver: &str) -> Option<Result<Arc<ClientConfig>, String>> {
+        self.verifiers.read().unwrap_or_else(PoisonError::into_inner).get(driver).map(|t| t.verifier.clone())
+    }
+
+    /// The count of `driver`'s trust changes so far (see `stamps`).
+    pub fn stamp(&self, driver: &str) -> u64 {
+        self.stamps.lock().unwrap_or_else(PoisonError::into_inner).get(driver).copied().unwrap_or(0)
+    }
+
+    /// One item per trust change from now on (the sidecars' connections are then checked again).
+    pub fn changes(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
+        futures::stream::unfold(self.changed.subscribe(), |mut seen| async move {
+            seen.changed().await.ok()?;
+            Some(((), seen))
+        })
     }
 
     /// Sets `driver`'s CA bundle (`None` removes it). A bundle without a usable certificate is an
-    /// error and removes the driver's trust: its sidecars are then not verified this way.
+    /// error, and is kept as such: the driver's sidecars are then refused, not reached unverified.
     pub fn set(&self, driver: &str, bundle: Option<&str>) -> Result<(), ClientError> {
-        let config = bundle.map(|pem| verifying_config(pem.as_bytes(), &format!("CSIDriver {driver}"))).transpose();
         let mut verifiers = self.verifiers.write().unwrap_or_else(PoisonError::into_inner);
-        match config {
-            Ok(Some(config)) => {
-                verifiers.insert(driver.to_owned(), Arc::new(config));
-                Ok(())
-            }
-            Ok(None) => {
-                verifiers.remove(driver);
-                Ok(())
-            }
-            Err(e) => {
-                verifiers.remove(driver);
-                Err(e)
-            }
+        let current = verifiers.get(driver).map(|t| t.bundle.as_str());
+        if current == bundle {
+            return verifiers.get(driver).map_or(Ok(()), |t| t.verifier.clone().map(drop).map_err(ClientError::BadCa));
         }
+        *self.stamps.lock().unwrap_or_else(PoisonError::into_inner).entry(driver.to_owned()).or_default() += 1;
+        self.changed.send_modify(|n| *n += 1);
+        let Some(pem) = bundle else {
+            verifiers.remove(driver);
+            return Ok(());
+        };
+        let verifier = verifying_config(pem.as_bytes(), &format!("CSIDriver {driver}")).map(Arc::new);
+        let outcome = verifier.as_ref().map(drop).map_err(|e| ClientError::BadCa(e.to_string()));
+        let verifier = verifier.map_err(|e| e.to_string());
+        verifiers.insert(driver.to_owned(), Trusted { bundle: pem.to_owned(), verifier });
+        outcome
     }
 
     /// True the first time it is asked for `driver`: whether to warn that its sidecars are not
@@ -243,9 +280,17 @@ impl Security {
         let connected = match &self.tls {
             None => endpoint.connect().await,
             Some(default) => {
-                let (config, name) = match self.trust.config(driver) {
+                let (config, name) = match self.trust.verifier(driver) {
+                    Some(Err(why)) => {
+                        return Err(ClientError::Untrusted {
+                            driver: driver.to_owned(),
+                            why: format!(
+                                "the CA bundle in its CSIDriver's annotation {SIDECAR_CA_ANNOTATION} cannot be used: {why}"
+                            ),
+                        });
+                    }
                     // The driver's own CA, and its name as the server name.
-                    Some(config) => {
+                    Some(Ok(config)) => {
                         let name = ServerName::try_from(driver.to_owned()).map_err(|e| bad(&e.to_string()))?;
                         (config, name)
                     }
@@ -255,7 +300,7 @@ impl Security {
                                 %driver,
                                 "the sidecars of this driver are not verified: its CSIDriver names no CA \
                                  (annotation {}) and no --sidecar-ca-file is given (upstream's self-signed mode)",
-                                api::driver::SIDECAR_CA_ANNOTATION
+                                SIDECAR_CA_ANNOTATION
                             );
                         }
                         let host = address.rsplit_once(':').map(|(h, _)| h).ok_or_else(|| bad("no port"))?;

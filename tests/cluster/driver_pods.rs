@@ -14,6 +14,9 @@ use crate::cluster::{self, CONTROLLER_PLUGIN_SELECTOR, DRIVER_NAMESPACE, NODE_PL
 
 pub const DRIVER: &str = "reference.csi-addons-rs.io";
 pub const WORKLOADS: &str = "workloads";
+/// The StorageClass the workloads claim from: the hand-installed driver's `reference-csi`, or one the
+/// driver operator keeps when a suite runs the story on its driver.
+pub static STORAGE_CLASS: std::sync::RwLock<&str> = std::sync::RwLock::new("reference-csi");
 
 pub fn csiaddons(client: &Client, kind: &str, namespace: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("csiaddons.openshift.io", "v1alpha1", kind);
@@ -84,9 +87,10 @@ pub async fn start_workload(client: &Client, name: &str, label: Option<(&str, &s
     let _ = namespaces.create(&PostParams::default(), &serde_json::from_value(namespace).unwrap()).await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), WORKLOADS);
     let labels = label.map(|(k, v)| json!({k: v})).unwrap_or_else(|| json!({}));
+    let class = *STORAGE_CLASS.read().unwrap_or_else(std::sync::PoisonError::into_inner);
     let claim = json!({
         "metadata": {"name": name, "labels": labels},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "reference-csi",
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
                  "resources": {"requests": {"storage": "64Mi"}}}
     });
     claims.create(&PostParams::default(), &serde_json::from_value(claim).unwrap()).await.unwrap();

@@ -4,11 +4,13 @@
 //! cluster's network namespace (they reach Pods and Services) and removes every trace. Without a
 //! cluster they are ignored.
 mod cluster;
+mod driver_operator;
 mod driver_pods;
 mod failover;
 mod helm;
 mod manager_pods;
 mod olm;
+mod olm_driver;
 mod olm_hub;
 mod olm_scorecard;
 mod olm_upgrade;

@@ -14,13 +14,33 @@ const HUB_NAMESPACE: &str = "operators";
 const CATALOG: &str = "csi-addons-hub";
 const RELEASED: &str = env!("CARGO_PKG_VERSION");
 
-fn olm_api(client: &Client, kind: &str, namespace: &str) -> Api<DynamicObject> {
+pub fn olm_api(client: &Client, kind: &str, namespace: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("operators.coreos.com", "v1alpha1", kind);
     Api::namespaced_with(client.clone(), namespace, &ApiResource::from_gvk(&gvk))
 }
 
-fn object(value: Value) -> DynamicObject {
+pub fn object(value: Value) -> DynamicObject {
     serde_json::from_value(value).expect("a well-formed object")
+}
+
+/// A CatalogSource `name` in namespace olm serving hack/catalog.sh's catalog of tag v`next`, once
+/// its Pod serves it; the CatalogSources.
+pub async fn serve_catalog(client: &Client, name: &str, next: &str) -> Api<DynamicObject> {
+    let catalogs = olm_api(client, "CatalogSource", "olm");
+    let source = json!({
+        "apiVersion": "operators.coreos.com/v1alpha1", "kind": "CatalogSource",
+        "metadata": {"name": name},
+        "spec": {"sourceType": "grpc", "image": format!("ghcr.io/csi-addons-rs/csi-addons-catalog:v{next}"),
+                 "displayName": "CSI-Addons (this tree)", "grpcPodConfig": {"securityContextConfig": "restricted"}}
+    });
+    catalogs.create(&PostParams::default(), &object(source)).await.unwrap();
+    let ready = poll::until(cluster::POD_START, async || {
+        let source = catalogs.get(name).await.ok()?;
+        (source.data.pointer("/status/connectionState/lastObservedState") == Some(&json!("READY"))).then_some(())
+    })
+    .await;
+    assert!(ready.is_some(), "the catalog's Pod serves it");
+    catalogs
 }
 
 #[tokio::test]
@@ -28,20 +48,7 @@ fn object(value: Value) -> DynamicObject {
 async fn a_subscription_installs_this_release_and_olm_upgrades_it_to_the_next() {
     let client = cluster::client().await;
     let next = std::env::var("NEXT_VERSION").expect("NEXT_VERSION (make test-olm sets it)");
-    let catalogs = olm_api(&client, "CatalogSource", "olm");
-    let source = json!({
-        "apiVersion": "operators.coreos.com/v1alpha1", "kind": "CatalogSource",
-        "metadata": {"name": CATALOG},
-        "spec": {"sourceType": "grpc", "image": format!("ghcr.io/csi-addons-rs/csi-addons-catalog:v{next}"),
-                 "displayName": "CSI-Addons (this tree)", "grpcPodConfig": {"securityContextConfig": "restricted"}}
-    });
-    catalogs.create(&PostParams::default(), &object(source)).await.unwrap();
-    let ready = poll::until(cluster::POD_START, async || {
-        let source = catalogs.get(CATALOG).await.ok()?;
-        (source.data.pointer("/status/connectionState/lastObservedState") == Some(&json!("READY"))).then_some(())
-    })
-    .await;
-    assert!(ready.is_some(), "the catalog's Pod serves it");
+    let catalogs = serve_catalog(&client, CATALOG, &next).await;
 
     let subscriptions = olm_api(&client, "Subscription", HUB_NAMESPACE);
     let subscription = json!({

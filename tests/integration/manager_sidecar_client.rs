@@ -92,6 +92,7 @@ async fn the_pool_finds_the_leader_past_a_broken_sidecar() {
         endpoint: address.clone(),
         capabilities: vec!["service.CONTROLLER_SERVICE".into(), "reclaim_space.ONLINE".into()],
         channel,
+        trust_stamp: 0,
     };
     let pool = Pool::default();
     // A sidecar whose port answers nothing (a lazy channel: the pool never dials on lookup).
@@ -177,6 +178,19 @@ async fn a_driver_with_a_ca_on_its_csidriver_has_its_sidecars_verified_by_it_alo
     assert!(connect(self_signed.port, &trusted_driver).await.is_err(), "a self-signed sidecar passed as the driver's");
     // Another driver without a CA: upstream's unverified fallback still reaches it.
     assert!(connect(self_signed.port, DRIVER).await.is_ok());
+
+    // A broken bundle fails closed: the driver's sidecars are refused, not reached unverified.
+    let broken = serde_json::json!({"metadata": {"annotations": {api::driver::SIDECAR_CA_ANNOTATION: "not a PEM"}}});
+    csi_drivers
+        .patch(&trusted_driver, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(broken))
+        .await
+        .unwrap();
+    let refused =
+        testenv::poll::until(testenv::poll::MINUTE, async || security.trust().verifier(&trusted_driver)?.err()).await;
+    assert!(refused.is_some(), "the broken bundle was not taken as such");
+    let refused = connect(self_signed.port, &trusted_driver).await.unwrap_err();
+    assert!(refused.contains("are not called") && refused.contains("cannot be used"), "{refused}");
+    assert!(connect(verified.port, &trusted_driver).await.is_err(), "the old CA is kept after a broken update");
 
     // The CSIDriver goes: so does the trust.
     csi_drivers.delete(&trusted_driver, &DeleteParams::default()).await.unwrap();

@@ -50,18 +50,56 @@ fn make_bundle_regenerates_the_committed_bundle_without_a_diff() {
         .output()
         .unwrap();
     assert!(made.status.success(), "make bundle: {}", text(&made));
-    let mut committed = files(&root().join("bundle"));
-    committed.remove(Path::new("README.md"));
-    let fresh = files(&out.path().join("bundle"));
-    assert_eq!(committed.keys().collect::<Vec<_>>(), fresh.keys().collect::<Vec<_>>(), "run `make bundle`");
-    for (path, content) in &fresh {
-        assert!(committed[path] == *content, "bundle/{} is stale: run `make bundle`", path.display());
+    // The csi-addons bundle at the root, the driver operator's under driver-operator/.
+    for dir in ["", "driver-operator"] {
+        let mut committed = files(&root().join(dir).join("bundle"));
+        committed.remove(Path::new("README.md"));
+        let fresh = files(&out.path().join(dir).join("bundle"));
+        assert_eq!(committed.keys().collect::<Vec<_>>(), fresh.keys().collect::<Vec<_>>(), "run `make bundle`");
+        for (path, content) in &fresh {
+            assert!(committed[path] == *content, "{dir}/bundle/{} is stale: run `make bundle`", path.display());
+        }
+        let dockerfile = std::fs::read_to_string(out.path().join(dir).join("bundle.Dockerfile")).unwrap();
+        assert!(
+            dockerfile == std::fs::read_to_string(root().join(dir).join("bundle.Dockerfile")).unwrap(),
+            "{dir}/bundle.Dockerfile is stale: run `make bundle`"
+        );
     }
-    let dockerfile = std::fs::read_to_string(out.path().join("bundle.Dockerfile")).unwrap();
-    assert!(
-        dockerfile == std::fs::read_to_string(root().join("bundle.Dockerfile")).unwrap(),
-        "bundle.Dockerfile is stale: run `make bundle`"
+}
+
+#[test]
+fn operator_sdk_finds_no_error_and_no_warning_in_the_driver_operators_bundle() {
+    let dir = root().join("driver-operator");
+    let out = operator_sdk(
+        &dir,
+        &["bundle", "validate", "./bundle", "-b", "none", "--select-optional", "suite=operatorframework"],
     );
+    let said = text(&out);
+    assert!(out.status.success(), "operator-sdk bundle validate failed:\n{said}");
+    assert!(!said.contains("level=warning") && !said.contains("level=error"), "{said}");
+    // The dependency that has OLM install the manager with it, on this release or later.
+    let dependencies = std::fs::read_to_string(dir.join("bundle/metadata/dependencies.yaml")).unwrap();
+    let dependencies: serde_yaml::Value = serde_yaml::from_str(&dependencies).unwrap();
+    let value = &dependencies["dependencies"][0]["value"];
+    assert_eq!(dependencies["dependencies"][0]["type"], "olm.package");
+    assert_eq!(value["packageName"], "csi-addons");
+    assert_eq!(value["version"].as_str(), Some(concat!(">=", env!("CARGO_PKG_VERSION"))));
+    // Every image the operator installs is listed for disconnected installs.
+    let csv = yaml(&dir.join("bundle/manifests/reference-driver-operator.clusterserviceversion.yaml"));
+    let related: Vec<&str> =
+        csv["spec"]["relatedImages"].as_sequence().unwrap().iter().filter_map(|i| i["image"].as_str()).collect();
+    let deployment = &csv["spec"]["install"]["spec"]["deployments"][0]["spec"]["template"]["spec"]["containers"][0];
+    let mut installed: Vec<&str> = deployment["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"].as_str().is_some_and(|n| n.ends_with("_IMAGE")))
+        .filter_map(|e| e["value"].as_str())
+        .collect();
+    installed.push(deployment["image"].as_str().unwrap());
+    for image in installed {
+        assert!(related.contains(&image), "{image} is not among the relatedImages {related:?}");
+    }
 }
 
 #[test]

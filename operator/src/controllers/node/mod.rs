@@ -112,7 +112,10 @@ pub async fn run(
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     core.caches.follow(NAME, roster.ready.clone());
-    let controller = Controller::for_stream(changes, roster.store.clone());
+    // A driver's CA appearing, changing or going has its sidecars dialled again under it now,
+    // not at the next hourly check.
+    let trust_changes = core.security.trust().changes();
+    let controller = Controller::for_stream(changes, roster.store.clone()).reconcile_all_on(trust_changes);
     let ctx = Arc::new(Context::new(core, NodeState { retry: Backoff::default(), roster }));
     let prune = |ctx: &NodeContext, live: &std::collections::HashSet<String>| {
         ctx.state.retry.retain(live);
@@ -228,7 +231,9 @@ pub(crate) async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<NodeContext>) -
 /// Capabilities are read again either way.
 async fn connect(ctx: &Core, node: &CSIAddonsNode, target: &Target, key: &str) -> Result<Connection, ConnectError> {
     let address = resolve(&ctx.client, target).await?;
-    let pooled = ctx.pool.get(key).filter(|c| c.endpoint == address);
+    // Read before dialling: a trust change during the dial makes the next pass dial again.
+    let trust_stamp = ctx.security.trust().stamp(&node.spec.driver.name);
+    let pooled = ctx.pool.get(key).filter(|c| c.endpoint == address && c.trust_stamp == trust_stamp);
     let dial = |address: &str| {
         let address = address.to_owned();
         async move {
@@ -247,11 +252,12 @@ async fn connect(ctx: &Core, node: &CSIAddonsNode, target: &Target, key: &str) -
         Err(_) if pooled.is_some() => {
             // The pooled channel may be stale (the sidecar restarted at the same address): dial once.
             let fresh = dial(&address).await?;
-            return Ok(connection(node, target, address, capabilities(ctx, fresh.clone()).await?, fresh));
+            let capabilities = capabilities(ctx, fresh.clone()).await?;
+            return Ok(connection(node, target, address, capabilities, fresh, trust_stamp));
         }
         Err(e) => return Err(e),
     };
-    Ok(connection(node, target, address, capabilities, channel))
+    Ok(connection(node, target, address, capabilities, channel, trust_stamp))
 }
 
 fn connection(
@@ -260,6 +266,7 @@ fn connection(
     address: String,
     capabilities: Vec<String>,
     channel: SidecarChannel,
+    trust_stamp: u64,
 ) -> Connection {
     Connection {
         namespace: node.namespace().unwrap_or_default(),
@@ -270,6 +277,7 @@ fn connection(
         endpoint: address,
         capabilities,
         channel,
+        trust_stamp,
     }
 }
 

@@ -1,0 +1,259 @@
+//! The driver operator in real Pods (deploy/driver-operator/, the hand-installed driver removed
+//! first): one ReferenceCSIDriver gives the driver, its StorageClasses and CSI-Addons classes, and
+//! sidecars the manager reaches over TLS verified against the CA the operator keeps. The backend
+//! taken away and given back leaves the driver running; `Removed` and `Managed` again, and a spec
+//! change rolling out. The helpers serve the OLM suite too, where OLM installs the operator.
+use std::sync::Arc;
+
+use api::driver::{DRIVER_NAME, ReferenceCSIDriver, SIDECAR_CA_ANNOTATION};
+use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use serde_json::json;
+use testenv::poll;
+
+use crate::cluster::{self, CONTROLLER_PLUGIN_SELECTOR, DRIVER_NAMESPACE, NODE_PLUGIN_SELECTOR, POD_START};
+use crate::driver_pods::connected_nodes;
+
+/// The StorageClasses the operator keeps on a node with loop devices.
+pub const STORAGE_CLASSES: [&str; 2] = ["reference-csi-filesystem", "reference-csi-block"];
+/// Where the driver keeps its volumes on the node (the operator's default).
+const VOLUMES_DIRECTORY: &str = "/var/lib/csi-addons-reference";
+const SCHEDULE: &str = "@weekly";
+/// The annotation the manager reads a StorageClass's reclaim-space schedule from.
+const RECLAIM_SCHEDULE: &str = "reclaimspace.csiaddons.openshift.io/schedule";
+
+pub fn drivers(client: &Client) -> Api<ReferenceCSIDriver> {
+    Api::all(client.clone())
+}
+
+/// The status and message of condition `type_`, when set.
+pub async fn condition(client: &Client, type_: &str) -> Option<(bool, String)> {
+    let driver = drivers(client).get_opt(DRIVER_NAME).await.ok()??;
+    let status = driver.status?;
+    let found = status.conditions.into_iter().find(|c| c.type_ == type_)?;
+    Some((found.status == "True", found.message))
+}
+
+/// Waits for condition `type_` to be `wanted`; its message.
+pub async fn until_condition(client: &Client, type_: &str, wanted: bool, within: std::time::Duration) -> String {
+    let reached = poll::until(within, async || condition(client, type_).await.filter(|(s, _)| *s == wanted)).await;
+    match reached {
+        Some((_, message)) => message,
+        None => panic!("{type_} is not {wanted}: {:?}", drivers(client).get_opt(DRIVER_NAME).await.ok().flatten()),
+    }
+}
+
+/// Creates the one ReferenceCSIDriver, with a reclaim-space schedule for its StorageClasses.
+pub async fn create(client: &Client) {
+    let driver: ReferenceCSIDriver = serde_json::from_value(json!({
+        "apiVersion": "driver.csi-addons-rs.io/v1alpha1", "kind": "ReferenceCSIDriver",
+        "metadata": {"name": DRIVER_NAME},
+        "spec": {"managementState": "Managed", "csiAddons": {"enabled": true, "reclaimSpaceSchedule": SCHEDULE}}
+    }))
+    .expect("a well-formed ReferenceCSIDriver");
+    drivers(client).create(&PostParams::default(), &driver).await.unwrap();
+}
+
+fn cluster_scoped(client: &Client, group: &str, kind: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(group, "v1alpha1", kind);
+    Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk))
+}
+
+/// What one ReferenceCSIDriver gave, once Available: the driver's Pods running, its StorageClasses
+/// (with the schedule), the three CSI-Addons classes, and every sidecar Connected over TLS the
+/// manager (in `manager_namespace`) verifies against the CA on the CSIDriver. Returns a line
+/// saying so.
+pub async fn check_installed(client: &Client, manager_namespace: &str) -> String {
+    until_condition(client, "Available", true, 2 * POD_START).await;
+    let controllers = cluster::running_pods(client, DRIVER_NAMESPACE, CONTROLLER_PLUGIN_SELECTOR).await;
+    let nodes = cluster::running_pods(client, DRIVER_NAMESPACE, NODE_PLUGIN_SELECTOR).await;
+    assert!(!controllers.is_empty() && !nodes.is_empty(), "the controller and node plugins run");
+
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    for name in STORAGE_CLASSES {
+        let class = poll::until(poll::MINUTE, async || classes.get_opt(name).await.ok()?).await;
+        let class = class.unwrap_or_else(|| panic!("StorageClass {name}"));
+        let schedule = class.metadata.annotations.unwrap_or_default().remove(RECLAIM_SCHEDULE);
+        assert_eq!(schedule.as_deref(), Some(SCHEDULE), "{name} carries the reclaim-space schedule");
+    }
+    let addons = [
+        ("replication.storage.openshift.io", "VolumeReplicationClass", "reference-csi-replication"),
+        ("replication.storage.openshift.io", "VolumeGroupReplicationClass", "reference-csi-group-replication"),
+        ("csiaddons.openshift.io", "NetworkFenceClass", "reference-csi-fence"),
+    ];
+    for (group, kind, name) in addons {
+        let api = cluster_scoped(client, group, kind);
+        let found = poll::until(poll::MINUTE, async || api.get_opt(name).await.ok()?).await;
+        assert!(found.is_some(), "{kind} {name} is created once the sidecars advertise it");
+    }
+
+    let sidecars = controllers.len() + nodes.len();
+    let connected =
+        poll::until(POD_START, async || Some(connected_nodes(client).await).filter(|c| c.len() >= sidecars)).await;
+    let connected = connected.unwrap_or_else(|| panic!("{sidecars} CSIAddonsNodes Connected"));
+    let verified = check_verified_tls(client, &[controllers, nodes].concat(), manager_namespace).await;
+    format!(
+        "{} Pods running, StorageClasses {}, 3 CSI-Addons classes, {} CSIAddonsNodes Connected; {verified}",
+        sidecars,
+        STORAGE_CLASSES.join(" and "),
+        connected.len()
+    )
+}
+
+/// The CA on the CSIDriver verifies every sidecar's certificate for the driver's name, a CA of
+/// somebody else's does not, and the manager says it verifies this driver's sidecars with it.
+async fn check_verified_tls(client: &Client, pods: &[Pod], manager_namespace: &str) -> String {
+    let csi_driver = Api::<CSIDriver>::all(client.clone()).get(DRIVER_NAME).await.unwrap();
+    let ca = csi_driver.metadata.annotations.unwrap_or_default().remove(SIDECAR_CA_ANNOTATION);
+    let ca = ca.expect("the operator puts its sidecar CA on the CSIDriver");
+    let foreign = foreign_ca();
+    for pod in pods {
+        let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).expect("a running Pod has an IP");
+        let address = format!("{ip}:9070");
+        if let Err(why) = handshake(&address, ca.as_bytes()).await {
+            panic!("the sidecar of {} fails verification against the driver's CA: {why}", cluster::name(pod));
+        }
+        let refused = handshake(&address, foreign.as_bytes()).await;
+        assert!(refused.is_err(), "the sidecar of {} passed verification against a foreign CA", cluster::name(pod));
+    }
+    let manager = cluster::ready_leading_manager(client, manager_namespace).await;
+    let said = poll::until(poll::MINUTE, async || {
+        let log = cluster::logs(client, manager_namespace, &manager, "manager").await;
+        log.lines()
+            .find(|l| l.contains("verified against the CA on its CSIDriver") && l.contains(DRIVER_NAME))
+            .map(str::to_owned)
+    })
+    .await;
+    assert!(said.is_some(), "the manager {manager} verifies {DRIVER_NAME}'s sidecars against its CSIDriver's CA");
+    format!("{} sidecars verified against the driver's CA and refused by a foreign one", pods.len())
+}
+
+fn foreign_ca() -> String {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.self_signed(&key).unwrap().pem()
+}
+
+/// A TLS handshake with the sidecar at `address`, verified against `ca` for the driver's name (as
+/// the manager verifies it).
+async fn handshake(address: &str, ca: &[u8]) -> Result<(), String> {
+    let config = operator::sidecar_client::verifying_config(ca, "test CA").map_err(|e| e.to_string())?;
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(address).await.map_err(|e| format!("{address}: {e}"))?;
+    let name = rustls::pki_types::ServerName::try_from(DRIVER_NAME.to_owned()).map_err(|e| e.to_string())?;
+    connector.connect(name, tcp).await.map(drop).map_err(|e| format!("{address}: {e}"))
+}
+
+/// Sets `spec.managementState` (or other spec fields) with a merge patch.
+async fn patch_spec(client: &Client, spec: serde_json::Value) {
+    let patch = json!({ "spec": spec });
+    drivers(client).patch(DRIVER_NAME, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+}
+
+/// The UIDs of the driver's running Pods.
+async fn pod_uids(client: &Client) -> Vec<String> {
+    let selector = "app.kubernetes.io/name=reference-driver";
+    let pods = cluster::running_pods(client, DRIVER_NAMESPACE, selector).await;
+    pods.into_iter().filter_map(|p| p.metadata.uid).collect()
+}
+
+/// Makes the volumes directory unwritable for the test's span, even to root: the backend is away.
+struct BackendAway;
+
+impl BackendAway {
+    fn take() -> Self {
+        chattr('+');
+        BackendAway
+    }
+}
+
+impl Drop for BackendAway {
+    fn drop(&mut self) {
+        chattr('-');
+    }
+}
+
+fn chattr(sign: char) {
+    let out = std::process::Command::new("chattr").arg(format!("{sign}i")).arg(VOLUMES_DIRECTORY).output();
+    let out = out.expect("chattr (e2fsprogs) runs");
+    assert!(
+        out.status.success(),
+        "chattr {sign}i {VOLUMES_DIRECTORY}: {} (the suite needs a filesystem with the immutable flag, as ext4)",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the one-node cluster with the driver operator: make test-cluster"]
+async fn one_referencecsidriver_gives_the_driver_which_outlives_its_backend_and_is_removed_and_changed() {
+    let client = cluster::client().await;
+    create(&client).await;
+    println!("installed: {}", check_installed(&client, cluster::MANAGER_NAMESPACE).await);
+
+    // The backend goes: the condition says so, and nothing of the running driver is stopped.
+    let before = pod_uids(&client).await;
+    let away = BackendAway::take();
+    let message = until_condition(&client, "BackendUnavailable", true, 2 * poll::MINUTE).await;
+    assert_eq!(pod_uids(&client).await, before, "the driver's Pods keep running while the backend is away");
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    for name in STORAGE_CLASSES {
+        assert!(classes.get_opt(name).await.unwrap().is_some(), "{name} is kept while the backend is away");
+    }
+    assert_eq!(condition(&client, "Available").await.map(|c| c.0), Some(true), "the driver stays Available");
+    drop(away);
+    until_condition(&client, "BackendUnavailable", false, 2 * poll::MINUTE).await;
+    println!("backend away: BackendUnavailable=True ({message}), Pods untouched; given back: False");
+
+    // A spec change rolls out: new Pods with the new log level.
+    patch_spec(&client, json!({"logLevel": "Debug"})).await;
+    let rolled = poll::until(2 * POD_START, async || {
+        let driver = drivers(&client).get(DRIVER_NAME).await.ok()?;
+        let observed = driver.status.as_ref()?.observed_generation == driver.metadata.generation;
+        let available = condition(&client, "Available").await?.0 && !condition(&client, "Progressing").await?.0;
+        let uids = pod_uids(&client).await;
+        let replaced = !uids.is_empty() && uids.iter().all(|u| !before.contains(u));
+        (observed && available && replaced).then_some(uids.len())
+    })
+    .await;
+    let rolled = rolled.expect("the spec change rolls out to new Pods and the driver is Available again");
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), DRIVER_NAMESPACE);
+    let set = sets.get("reference-driver-controller").await.unwrap();
+    let args = set.spec.and_then(|s| s.template.spec).map(|p| p.containers).unwrap_or_default();
+    let plugin_env: Vec<_> = args.iter().flat_map(|c| c.env.clone().unwrap_or_default()).collect();
+    assert!(
+        plugin_env.iter().any(|e| e.name == "RUST_LOG" && e.value.as_deref() == Some("debug")),
+        "the driver logs at debug level: {plugin_env:?}"
+    );
+    println!("logLevel Debug: rolled out to {rolled} new Pods, Available");
+
+    // Removed: the driver goes, its StorageClasses stay.
+    patch_spec(&client, json!({"managementState": "Removed"})).await;
+    let gone = poll::until(2 * POD_START, async || {
+        let daemons: Api<DaemonSet> = Api::namespaced(client.clone(), DRIVER_NAMESPACE);
+        let none = sets.get_opt("reference-driver-controller").await.ok()?.is_none()
+            && daemons.get_opt("reference-driver-node").await.ok()?.is_none()
+            && Api::<CSIDriver>::all(client.clone()).get_opt(DRIVER_NAME).await.ok()?.is_none()
+            && pod_uids(&client).await.is_empty();
+        none.then_some(())
+    })
+    .await;
+    assert!(gone.is_some(), "Removed deletes the driver's workloads and CSIDriver");
+    let removed = poll::until(poll::MINUTE, async || {
+        condition(&client, "Available").await.filter(|(up, message)| !up && message == "the driver is removed")
+    })
+    .await;
+    let (_, removed) = removed.expect("Available=False: the driver is removed");
+    for name in STORAGE_CLASSES {
+        assert!(classes.get_opt(name).await.unwrap().is_some(), "Removed never deletes StorageClass {name}");
+    }
+    println!("Removed: workloads and CSIDriver gone, StorageClasses kept ({removed})");
+
+    // Managed again: all of it back.
+    patch_spec(&client, json!({"managementState": "Managed"})).await;
+    println!("Managed again: {}", check_installed(&client, cluster::MANAGER_NAMESPACE).await);
+}
