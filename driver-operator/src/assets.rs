@@ -73,6 +73,8 @@ pub struct DefaultImages {
 pub struct Placement {
     /// The driver's namespace.
     pub namespace: String,
+    /// The operator's own namespace: where it reads the user's credentials Secret.
+    pub operator_namespace: String,
     /// The one caller the CSI-Addons sidecars admit: the manager's ServiceAccount.
     pub manager_identity: String,
     pub images: DefaultImages,
@@ -320,6 +322,7 @@ mod tests {
 
     fn placement() -> Placement {
         Placement {
+            operator_namespace: "operators".into(),
             namespace: "drivers".into(),
             manager_identity: "system:serviceaccount:operators:csi-addons-controller-manager".into(),
             images: DefaultImages { provisioner: Some("mirror/csi-provisioner:v6".into()), ..Default::default() },

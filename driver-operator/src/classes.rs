@@ -13,6 +13,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::assets::MANAGED_BY;
+use crate::credentials::{Credentials, secret_parameters};
 
 /// The annotation the CSI-Addons manager reads a StorageClass's reclaim-space schedule from.
 pub const RECLAIM_SCHEDULE: &str = "reclaimspace.csiaddons.openshift.io/schedule";
@@ -50,17 +51,29 @@ pub struct AddonsClassSet {
 }
 
 /// The classes `wanted` asks for whose capability some sidecar advertises (`capabilities`: the
-/// union of the driver's CSIAddonsNodes' lists).
-pub fn addons_classes(capabilities: &BTreeSet<String>, wanted: &AddonsClasses) -> AddonsClassSet {
+/// union of the driver's CSIAddonsNodes' lists), naming the copied credentials in `namespace`
+/// when there are any.
+pub fn addons_classes(
+    capabilities: &BTreeSet<String>,
+    wanted: &AddonsClasses,
+    credentials: &Credentials,
+    namespace: &str,
+) -> AddonsClassSet {
     let offers = |capability: &str| capabilities.contains(capability);
     let provisioner = DRIVER_NAME.to_owned();
+    let replication_parameters = |secret_prefix: &str| {
+        let mut parameters = BTreeMap::from([("schedulingInterval".to_owned(), "1m".to_owned())]);
+        parameters.extend(secret_parameters(secret_prefix, namespace, credentials));
+        Some(parameters)
+    };
+    let fence_parameters = secret_parameters("csiaddons.openshift.io/networkfence-secret", namespace, credentials);
     AddonsClassSet {
         replication: (wanted.volume_replication && offers("volume_replication.VOLUME_REPLICATION")).then(|| {
             VolumeReplicationClass {
                 metadata: meta("reference-csi-replication".into(), BTreeMap::new()),
                 spec: VolumeReplicationClassSpec {
                     provisioner: provisioner.clone(),
-                    parameters: Some(BTreeMap::from([("schedulingInterval".to_owned(), "1m".to_owned())])),
+                    parameters: replication_parameters("replication.storage.openshift.io/replication-secret"),
                 },
                 status: None,
             }
@@ -70,14 +83,17 @@ pub fn addons_classes(capabilities: &BTreeSet<String>, wanted: &AddonsClasses) -
                 metadata: meta("reference-csi-group-replication".into(), BTreeMap::new()),
                 spec: VolumeGroupReplicationClassSpec {
                     provisioner: provisioner.clone(),
-                    parameters: Some(BTreeMap::from([("schedulingInterval".to_owned(), "1m".to_owned())])),
+                    parameters: replication_parameters("replication.storage.openshift.io/group-replication-secret"),
                 },
                 status: None,
             }
         }),
         network_fence: (wanted.network_fence && offers("network_fence.NETWORK_FENCE")).then(|| NetworkFenceClass {
             metadata: meta("reference-csi-fence".into(), BTreeMap::new()),
-            spec: NetworkFenceClassSpec { provisioner, parameters: None },
+            spec: NetworkFenceClassSpec {
+                provisioner,
+                parameters: (!fence_parameters.is_empty()).then_some(fence_parameters),
+            },
             status: None,
         }),
     }
@@ -102,12 +118,33 @@ mod tests {
             ["volume_replication.VOLUME_REPLICATION", "volume_group.VOLUME_GROUP", "network_fence.NETWORK_FENCE"]
                 .map(str::to_owned)
                 .into();
-        let set = addons_classes(&all, &AddonsClasses::default());
+        let (none_asked, ns) = (&Credentials::NotAsked, "csi-addons-reference");
+        let set = addons_classes(&all, &AddonsClasses::default(), none_asked, ns);
         assert!(set.replication.is_some() && set.group_replication.is_some() && set.network_fence.is_some());
+        assert!(set.network_fence.unwrap().spec.parameters.is_none(), "no credentials: no secret parameters");
         let no_fence = AddonsClasses { network_fence: false, ..Default::default() };
-        assert!(addons_classes(&all, &no_fence).network_fence.is_none());
+        assert!(addons_classes(&all, &no_fence, none_asked, ns).network_fence.is_none());
         let node_only: BTreeSet<String> = ["reclaim_space.ONLINE".to_owned()].into();
-        let none = addons_classes(&node_only, &AddonsClasses::default());
+        let none = addons_classes(&node_only, &AddonsClasses::default(), none_asked, ns);
         assert_eq!(none, AddonsClassSet { replication: None, group_replication: None, network_fence: None });
+    }
+
+    #[test]
+    fn with_credentials_every_addons_class_names_the_copy() {
+        let all: BTreeSet<String> =
+            ["volume_replication.VOLUME_REPLICATION", "volume_group.VOLUME_GROUP", "network_fence.NETWORK_FENCE"]
+                .map(str::to_owned)
+                .into();
+        let set = addons_classes(&all, &AddonsClasses::default(), &Credentials::Copied(2), "csi-addons-reference");
+        let replication = set.replication.unwrap().spec.parameters.unwrap();
+        assert_eq!(replication["replication.storage.openshift.io/replication-secret-name"], crate::credentials::COPY);
+        assert_eq!(replication["schedulingInterval"], "1m");
+        let group = set.group_replication.unwrap().spec.parameters.unwrap();
+        assert_eq!(
+            group["replication.storage.openshift.io/group-replication-secret-namespace"],
+            "csi-addons-reference"
+        );
+        let fence = set.network_fence.unwrap().spec.parameters.unwrap();
+        assert_eq!(fence["csiaddons.openshift.io/networkfence-secret-name"], crate::credentials::COPY);
     }
 }

@@ -28,6 +28,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::assets::{self, Assets, MANAGED_BY, Placement};
+use crate::credentials::{self, Credentials};
 use crate::decide::{Backend, Role, Rollout, role};
 use crate::rollout::{attached_volumes, rollout};
 use crate::status;
@@ -98,6 +99,12 @@ pub async fn run(ctx: Arc<Context>, stop: impl std::future::Future<Output = ()> 
             watcher::Config::default().labels(DRIVER_PODS),
             to_driver,
         )
+        // The user's credentials Secret: a change is copied at once.
+        .watches(
+            Api::<Secret>::namespaced(client.clone(), &ctx.placement.operator_namespace),
+            watcher::Config::default(),
+            to_driver,
+        )
         .graceful_shutdown_on(stop)
         .run(reconcile, error_policy, ctx)
         .for_each(|_| futures::future::ready(()))
@@ -133,6 +140,7 @@ async fn reconcile(driver: Arc<ReferenceCSIDriver>, ctx: Arc<Context>) -> Result
         Role::Driver(state) => state,
     };
     let mut backend = Backend::Unknown;
+    let mut credentials = None;
     let mut observed: Option<Observed> = None;
     let (rollout, next) = match state {
         ManagementState::Unmanaged => (Rollout::Done, Action::await_change()),
@@ -153,9 +161,13 @@ async fn reconcile(driver: Arc<ReferenceCSIDriver>, ctx: Arc<Context>) -> Result
             let sidecar_ca = if driver.spec.csi_addons.enabled { Some(certificates(&ctx).await?) } else { None };
             let assets = assets::render(&driver.spec, &ctx.placement, sidecar_ca.as_deref())?;
             apply_all(&ctx.client, &assets).await?;
+            let (reference, placement) = (driver.spec.credentials_secret.as_ref(), &ctx.placement);
+            let copied =
+                credentials::sync(&ctx.client, reference, &placement.operator_namespace, &placement.namespace).await?;
             let seen = observe(&ctx, &assets).await?;
             backend = backend::ask(&seen.pods).await;
-            apply_classes(&ctx, &driver, &backend).await?;
+            apply_classes(&ctx, &driver, &backend, &copied).await?;
+            credentials = Some(copied);
             let rollout = seen.rollout.clone();
             observed = Some(seen);
             let next = if rollout == Rollout::Done { SETTLED } else { BUSY };
@@ -164,9 +176,18 @@ async fn reconcile(driver: Arc<ReferenceCSIDriver>, ctx: Arc<Context>) -> Result
     };
     let before = status::condition_status(&driver, "Degraded");
     let (generations, driver_image) = observed.map(|o| (o.generations, o.driver_image)).unwrap_or_default();
-    let written = status::managed(&driver, state, &rollout, &backend, generations, driver_image.as_deref());
+    let mut written = status::managed(&driver, state, &rollout, &backend, generations, driver_image.as_deref());
+    let synced_before = status::condition_status(&driver, status::CREDENTIALS_SYNCED);
+    if let Some(credentials) = &credentials {
+        status::with_credentials(&mut written, credentials, driver.meta().generation);
+    }
     status::write(&ctx.client, &driver, &written).await?;
     announce(&ctx, &driver, state, &rollout, before).await;
+    if let Some(Credentials::Failed(why)) = &credentials
+        && synced_before != Some(false)
+    {
+        publish(&ctx, &driver, EventType::Warning, "CredentialsNotSynced", why.clone()).await;
+    }
     Ok(next)
 }
 
@@ -196,7 +217,16 @@ async fn announce(
         },
         _ => return,
     };
-    if let Err(e) = ctx.recorder.publish(&event, &driver.object_ref(&())).await {
+    send(ctx, driver, &event).await;
+}
+
+async fn publish(ctx: &Context, driver: &ReferenceCSIDriver, type_: EventType, reason: &str, note: String) {
+    let event = Event { type_, reason: reason.into(), note: Some(note), action: "Sync".into(), secondary: None };
+    send(ctx, driver, &event).await;
+}
+
+async fn send(ctx: &Context, driver: &ReferenceCSIDriver, event: &Event) {
+    if let Err(e) = ctx.recorder.publish(event, &driver.object_ref(&())).await {
         tracing::warn!(error = %e, "sending an event");
     }
 }
@@ -313,7 +343,12 @@ async fn certificates(ctx: &Context) -> Result<String, DriverSetError> {
 
 /// The StorageClasses of the profiles the backend reports, and the CSI-Addons classes the
 /// driver's sidecars advertise capabilities for. None is ever deleted here.
-async fn apply_classes(ctx: &Context, driver: &ReferenceCSIDriver, backend: &Backend) -> Result<(), DriverSetError> {
+async fn apply_classes(
+    ctx: &Context,
+    driver: &ReferenceCSIDriver,
+    backend: &Backend,
+    credentials: &Credentials,
+) -> Result<(), DriverSetError> {
     let schedule = driver.spec.csi_addons.reclaim_space_schedule.as_deref().filter(|_| driver.spec.csi_addons.enabled);
     if let Backend::Profiles(profiles) = backend {
         for profile in profiles {
@@ -333,17 +368,41 @@ async fn apply_classes(ctx: &Context, driver: &ReferenceCSIDriver, backend: &Bac
         .filter(|n| n.spec.driver.name == DRIVER_NAME)
         .flat_map(|n| n.status.map(|s| s.capabilities).unwrap_or_default())
         .collect();
-    let set = classes::addons_classes(&capabilities, &driver.spec.csi_addons.classes);
+    let wanted = &driver.spec.csi_addons.classes;
+    let set = classes::addons_classes(&capabilities, wanted, credentials, &ctx.placement.namespace);
     if let Some(class) = &set.replication {
-        apply(&Api::<VolumeReplicationClass>::all(ctx.client.clone()), class).await?;
+        apply_class(ctx, driver, &Api::<VolumeReplicationClass>::all(ctx.client.clone()), class).await?;
     }
     if let Some(class) = &set.group_replication {
-        apply(&Api::<VolumeGroupReplicationClass>::all(ctx.client.clone()), class).await?;
+        apply_class(ctx, driver, &Api::<VolumeGroupReplicationClass>::all(ctx.client.clone()), class).await?;
     }
     if let Some(class) = &set.network_fence {
-        apply(&Api::<NetworkFenceClass>::all(ctx.client.clone()), class).await?;
+        apply_class(ctx, driver, &Api::<NetworkFenceClass>::all(ctx.client.clone()), class).await?;
     }
     Ok(())
+}
+
+/// Applies a CSI-Addons class. Their parameters are immutable: a class made before the spec named
+/// credentials keeps its parameters, and a Warning says how to have it made again.
+async fn apply_class<K: Kind>(
+    ctx: &Context,
+    driver: &ReferenceCSIDriver,
+    api: &Api<K>,
+    class: &K,
+) -> Result<(), DriverSetError> {
+    match apply(api, class).await {
+        Err(DriverSetError::Api { source: kube::Error::Api(e), kind, name, .. }) if e.code == 422 => {
+            let note = format!(
+                "{kind} {name} keeps its parameters, which cannot change ({}); delete it to have it made again \
+                 with the credentials",
+                e.message
+            );
+            tracing::warn!(%note);
+            publish(ctx, driver, EventType::Warning, "ClassKept", note).await;
+            Ok(())
+        }
+        other => other,
+    }
 }
 
 /// The rollout as the workloads and their Pods show it.
@@ -420,6 +479,7 @@ async fn remove(ctx: &Context) -> Result<Rollout, DriverSetError> {
     for secret in [crate::certificates::SERVING_SECRET, crate::certificates::CA_SECRET] {
         left.extend(delete(&Api::<Secret>::namespaced(client.clone(), namespace), secret).await?);
     }
+    left.extend(credentials::remove_copy(client, namespace).await?);
     if left.is_empty() { Ok(Rollout::Done) } else { Ok(Rollout::Waiting(format!("removing {}", left.join(", ")))) }
 }
 

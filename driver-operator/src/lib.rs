@@ -16,6 +16,7 @@ pub mod assets;
 pub mod backend;
 pub mod certificates;
 pub mod classes;
+pub mod credentials;
 pub mod decide;
 pub mod driver_set;
 pub mod flags;
@@ -98,6 +99,7 @@ pub async fn run(cli: Cli) -> Result<(), OperatorError> {
     }
     let placement = assets::Placement {
         namespace: cli.driver_namespace.clone(),
+        operator_namespace: cli.namespace.clone(),
         manager_identity: cli.manager_identity.clone(),
         images: cli.images(),
     };

@@ -5,8 +5,32 @@ use api::driver::{GenerationStatus, ManagementState, OperandVersion, ReferenceCS
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 
+use crate::credentials::Credentials;
 use crate::decide::{Backend, Rollout, conditions};
 use crate::driver_set::{DriverSetError, FIELD_MANAGER};
+
+/// The condition saying whether the credentials Secret was copied (set only when the spec names one
+/// or named one before).
+pub const CREDENTIALS_SYNCED: &str = "CredentialsSynced";
+
+/// Sets the credentials' condition in `status`; drops it when the spec names no credentials.
+pub fn with_credentials(status: &mut ReferenceCSIDriverStatus, credentials: &Credentials, generation: Option<i64>) {
+    let next = match credentials {
+        Credentials::NotAsked => {
+            status.conditions.retain(|c| c.type_ != CREDENTIALS_SYNCED);
+            return;
+        }
+        Credentials::Copied(keys) => condition(
+            CREDENTIALS_SYNCED,
+            true,
+            "Copied",
+            &format!("{keys} key(s) copied to the Secret {}", crate::credentials::COPY),
+            generation,
+        ),
+        Credentials::Failed(why) => condition(CREDENTIALS_SYNCED, false, "NotCopied", why, generation),
+    };
+    status.conditions = set_condition(&status.conditions, next);
+}
 
 /// Whether condition `type_` is true now (`None` when not set).
 pub fn condition_status(driver: &ReferenceCSIDriver, type_: &str) -> Option<bool> {
@@ -105,6 +129,19 @@ mod tests {
         let failed = Rollout::Failed("bad image".into());
         let degraded = managed(&driver, ManagementState::Managed, &failed, &backend, vec![], Some("img:v1"));
         assert_ne!(degraded, first);
+    }
+
+    #[test]
+    fn the_credentials_condition_follows_the_sync_and_goes_when_none_are_named() {
+        let mut status = ReferenceCSIDriverStatus::default();
+        with_credentials(&mut status, &Credentials::Copied(2), Some(1));
+        let synced = status.conditions.iter().find(|c| c.type_ == CREDENTIALS_SYNCED).unwrap();
+        assert_eq!((synced.status.as_str(), synced.reason.as_str()), ("True", "Copied"));
+        with_credentials(&mut status, &Credentials::Failed("the Secret is gone".into()), Some(2));
+        let failed = status.conditions.iter().find(|c| c.type_ == CREDENTIALS_SYNCED).unwrap();
+        assert_eq!((failed.status.as_str(), failed.message.as_str()), ("False", "the Secret is gone"));
+        with_credentials(&mut status, &Credentials::NotAsked, Some(3));
+        assert!(status.conditions.is_empty(), "{:?}", status.conditions);
     }
 
     #[test]

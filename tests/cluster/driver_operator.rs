@@ -1,21 +1,21 @@
 //! The driver operator in real Pods (deploy/driver-operator/, the hand-installed driver removed
 //! first): one ReferenceCSIDriver gives the driver, its StorageClasses and CSI-Addons classes, and
 //! sidecars the manager reaches over TLS verified against the CA the operator keeps. The backend
-//! taken away and given back leaves the driver running; `Removed` and `Managed` again, and a spec
-//! change rolling out. The helpers serve the OLM suite too, where OLM installs the operator.
+//! taken away and given back leaves the driver running; the operator's own upgrade rolls the driver
+//! while a volume stays mounted; `Removed` and `Managed` again, and a spec change rolling out. The helpers serve the OLM suite too, where OLM installs the operator.
 use std::sync::Arc;
 
 use api::driver::{DRIVER_NAME, ReferenceCSIDriver, SIDECAR_CA_ANNOTATION};
-use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use serde_json::json;
 use testenv::poll;
 
 use crate::cluster::{self, CONTROLLER_PLUGIN_SELECTOR, DRIVER_NAMESPACE, NODE_PLUGIN_SELECTOR, POD_START};
-use crate::driver_pods::connected_nodes;
+use crate::driver_pods::{STORAGE_CLASS, WORKLOADS, connected_nodes, workload};
 
 /// The StorageClasses the operator keeps on a node with loop devices.
 pub const STORAGE_CLASSES: [&str; 2] = ["reference-csi-filesystem", "reference-csi-block"];
@@ -162,6 +162,91 @@ async fn pod_uids(client: &Client) -> Vec<String> {
     pods.into_iter().filter_map(|p| p.metadata.uid).collect()
 }
 
+/// Where the operator runs when installed from deploy/driver-operator/.
+const OPERATOR_NAMESPACE: &str = "reference-driver-operator";
+
+/// The mount points of the kubelet's CSI volumes on this node (the suite runs in the node's mount
+/// namespace).
+fn csi_mounts() -> Vec<String> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    mounts
+        .lines()
+        .filter_map(|l| l.split(' ').nth(1))
+        .filter(|p| p.contains("kubernetes.io~csi/"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The operator's own upgrade, as OLM makes it: its Deployment replaced by one whose default
+/// images are new (here the same images under a new tag, copied in the registry). The driver
+/// rolls to them while a workload's volume stays mounted and its Pod keeps running; afterwards
+/// the new driver unmounts and deletes that volume.
+async fn upgrade_under_a_mounted_volume(client: &Client) -> String {
+    *STORAGE_CLASS.write().unwrap_or_else(std::sync::PoisonError::into_inner) = STORAGE_CLASSES[0];
+    let pod = workload(client, "upgrade").await;
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let mounts = csi_mounts();
+    let mount = mounts.iter().find(|m| m.contains(&uid)).cloned();
+    let mount = mount.unwrap_or_else(|| panic!("the workload's volume is mounted on the node: {mounts:?}"));
+
+    let registry = std::env::var("CLUSTER_REGISTRY").expect("CLUSTER_REGISTRY (hack/cluster.sh exec sets it)");
+    let old_tag = format!("v{}", env!("CARGO_PKG_VERSION"));
+    let new_tag = format!("{old_tag}-upgrade");
+    let mut env = Vec::new();
+    for (variable, image) in [("DRIVER_IMAGE", "reference-driver"), ("CSI_ADDONS_SIDECAR_IMAGE", "csi-addons-sidecar")]
+    {
+        let from = format!("{registry}/ghcr.io/csi-addons-rs/{image}:{old_tag}");
+        let to = format!("{registry}/ghcr.io/csi-addons-rs/{image}:{new_tag}");
+        let out = std::process::Command::new("crane").args(["copy", "--insecure", &from, &to]).output();
+        let out = out.expect("crane runs (hack/cluster.sh exec puts it on PATH)");
+        assert!(out.status.success(), "crane copy {from}: {}", String::from_utf8_lossy(&out.stderr));
+        env.push(json!({"name": variable, "value": format!("ghcr.io/csi-addons-rs/{image}:{new_tag}")}));
+    }
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "operator", "env": env}]}}}});
+    deployments.patch("reference-driver-operator", &PatchParams::default(), &Patch::Strategic(&patch)).await.unwrap();
+
+    let new_driver = format!("ghcr.io/csi-addons-rs/reference-driver:{new_tag}");
+    let rolled = poll::until(2 * POD_START, async || {
+        let driver = drivers(client).get(DRIVER_NAME).await.ok()?;
+        let status = driver.status?;
+        let runs_new = status.versions.iter().any(|v| v.name == "reference-driver" && v.version == new_driver);
+        let available = condition(client, "Available").await?.0 && !condition(client, "Progressing").await?.0;
+        let pods = cluster::running_pods(client, DRIVER_NAMESPACE, "app.kubernetes.io/name=reference-driver").await;
+        let images: Vec<String> = pods
+            .iter()
+            .flat_map(|p| p.spec.iter().flat_map(|s| s.containers.iter().filter_map(|c| c.image.clone())))
+            .collect();
+        let all_new =
+            !pods.is_empty() && images.iter().filter(|i| i.contains("/reference-driver:")).all(|i| *i == new_driver);
+        (runs_new && available && all_new).then_some(pods.len())
+    })
+    .await;
+    let rolled = rolled.expect("the upgraded operator rolls the driver to its new images");
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), WORKLOADS);
+    let after = pods.get("upgrade").await.unwrap();
+    assert_eq!(after.metadata.uid.as_deref(), Some(uid.as_str()), "the workload's Pod is the same");
+    assert!(cluster::ready(&after), "the workload stays Ready through the upgrade");
+    let restarts: i32 =
+        after.status.iter().flat_map(|s| s.container_statuses.iter().flatten()).map(|c| c.restart_count).sum();
+    assert_eq!(restarts, 0, "the workload never restarted");
+    assert!(csi_mounts().contains(&mount), "{mount} stayed mounted through the upgrade");
+
+    // The new driver takes the volume down: unmounted, detached and deleted.
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), WORKLOADS);
+    let pv = claims.get("upgrade").await.unwrap().spec.and_then(|s| s.volume_name).unwrap_or_default();
+    pods.delete("upgrade", &DeleteParams::default()).await.unwrap();
+    claims.delete("upgrade", &DeleteParams::default()).await.unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let gone = poll::until(POD_START, async || {
+        (pvs.get_opt(&pv).await.ok()?.is_none() && !csi_mounts().contains(&mount)).then_some(())
+    })
+    .await;
+    assert!(gone.is_some(), "the upgraded driver unmounts and deletes {pv}");
+    format!("{rolled} driver Pods rolled to {new_tag} while {pv} stayed mounted; then unmounted and deleted by them")
+}
+
 /// Makes the volumes directory unwritable for the test's span, even to root: the backend is away.
 struct BackendAway;
 
@@ -194,6 +279,7 @@ async fn one_referencecsidriver_gives_the_driver_which_outlives_its_backend_and_
     let client = cluster::client().await;
     create(&client).await;
     println!("installed: {}", check_installed(&client, cluster::MANAGER_NAMESPACE).await);
+    println!("operator upgraded: {}", upgrade_under_a_mounted_volume(&client).await);
 
     // The backend goes: the condition says so, and nothing of the running driver is stopped.
     let before = pod_uids(&client).await;

@@ -3,7 +3,7 @@
 //! as the StatefulSet and DaemonSet controllers of a cluster would) turns into conditions; a spec
 //! change rolls out and a hand edit is undone; `Removed` waits for attached volumes, then removes
 //! the driver but no StorageClass; the CSI-Addons classes follow the sidecars' capabilities; `Managed` brings it back; deleting the object removes it too;
-//! other names are ignored. The object is cluster-scoped and named after the driver: one test.
+//! the credentials Secret is copied (driver_operator_credentials); other names are ignored. The object is cluster-scoped and named after the driver: one test.
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ use testenv::poll::MINUTE;
 use crate::sidecar_harness::{free_port, http_get};
 use crate::support::{unique, workspace_binary};
 
-struct Operator {
+pub struct Operator {
     child: Child,
     metrics: u16,
     log: std::path::PathBuf,
@@ -63,7 +63,7 @@ impl Operator {
     }
 
     /// Polls `check` for up to a minute; the panic carries the operator's log.
-    async fn eventually<T>(&self, what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
+    pub async fn eventually<T>(&self, what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
         match testenv::poll::until(MINUTE, check).await {
             Some(found) => found,
             None => panic!("timed out waiting for {what}; operator log:\n{}", self.log()),
@@ -72,7 +72,7 @@ impl Operator {
 }
 
 /// The condition `type_` of the driver object: (status, reason, message).
-async fn condition(drivers: &Api<ReferenceCSIDriver>, name: &str, type_: &str) -> Option<(bool, String, String)> {
+pub async fn condition(drivers: &Api<ReferenceCSIDriver>, name: &str, type_: &str) -> Option<(bool, String, String)> {
     let driver = drivers.get_opt(name).await.ok()??;
     let status = driver.status?;
     let c = status.conditions.into_iter().find(|c| c.type_ == type_)?;
@@ -238,6 +238,7 @@ async fn one_object_gives_the_driver_which_rolls_out_is_removed_and_comes_back()
         groups.get_opt("reference-csi-group-replication").await.unwrap().is_none(),
         "no sidecar offers volume groups"
     );
+    crate::driver_operator_credentials::check(&client, &operator, &namespace, &driver_namespace).await;
 
     // A node-plugin Pod whose image cannot be pulled: Degraded, with the kubelet's words, and a
     // Warning event; gone again, no longer degraded.

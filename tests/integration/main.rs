@@ -14,6 +14,7 @@ mod deploy_manifests;
 mod driver_addons;
 mod driver_harness;
 mod driver_operator;
+mod driver_operator_credentials;
 mod driver_sanity;
 mod driver_volumes;
 mod dropin_command_lines;
