@@ -75,11 +75,20 @@ cluster-install: ## Install deploy/controller/ and deploy/reference-driver/ into
 	hack/cluster-install.sh controller
 	hack/cluster-install.sh driver
 
-demo-cluster: ## make demo's story in real Pods, on a fresh `make cluster-up`: installs deploy/controller/ and deploy/reference-driver/, then prints each step's measured effect and time
+# demo-cluster's driver: `hand` (deploy/reference-driver/) or `operator` (the driver operator and its sample ReferenceCSIDriver).
+DRIVER ?= hand
+
+demo-cluster: ## make demo's story in real Pods, on a fresh `make cluster-up`: installs deploy/controller/ and the driver (DRIVER=hand: deploy/reference-driver/; DRIVER=operator: through the driver operator), then prints each step's measured effect and time
 	$(CARGO) test --locked -p integration-tests --test cluster --no-run
 	hack/cluster-install.sh controller
-	hack/cluster-install.sh driver
-	hack/cluster.sh exec $(CARGO) test --offline --locked -q -p integration-tests --test cluster story -- --ignored --nocapture --test-threads=1
+	@if [ "$(DRIVER)" = operator ]; then set -ex; \
+	  hack/cluster-install.sh driver-operator; \
+	  hack/cluster-install.sh driver-from-operator; \
+	  hack/cluster.sh exec env STORY_STORAGE_CLASS=reference-csi-filesystem $(CARGO) test --offline --locked -q -p integration-tests --test cluster story -- --ignored --nocapture --test-threads=1; \
+	else set -ex; \
+	  hack/cluster-install.sh driver; \
+	  hack/cluster.sh exec $(CARGO) test --offline --locked -q -p integration-tests --test cluster story -- --ignored --nocapture --test-threads=1; \
+	fi
 
 test-cluster: ship-binaries ## The product in real Pods: a fresh one-node cluster, the release YAMLs and the driver installed, tests/cluster run inside its network namespace; then the driver replaced by the driver operator's, taken through backend loss, a spec change, Removed and Managed; then everything removed (and checked)
 	$(CARGO) test --locked -p integration-tests --test cluster --no-run

@@ -4,6 +4,7 @@
 #   hack/cluster-install.sh controller   # deploy/controller/ into csi-addons-system (Pod Security: restricted)
 #   hack/cluster-install.sh driver       # deploy/reference-driver/ with the sidecars at their shipped defaults
 #   hack/cluster-install.sh driver-operator  # deploy/driver-operator/ (the driver comes from a ReferenceCSIDriver)
+#   hack/cluster-install.sh driver-from-operator  # the operator's sample ReferenceCSIDriver, waited for
 #   hack/cluster-install.sh remove-driver    # the tests' workloads (their volumes deleted by the driver), then
 #                                            # deploy/reference-driver/, so the driver operator can install it
 # The shipped YAMLs are applied as users get them: the cluster's containerd takes ghcr.io/csi-addons-rs/…
@@ -34,6 +35,16 @@ case "$what" in
     kubectl apply --server-side -f - <"$root/deploy/driver-operator/driver-operator.yaml" >/dev/null
     kubectl -n reference-driver-operator rollout status deployment/reference-driver-operator --timeout=180s >&2
     ;;
+  driver-from-operator)
+    # The operator's sample: the driver, its StorageClasses and, once its sidecars advertise them,
+    # the CSI-Addons classes the story uses.
+    kubectl apply --server-side -f - <"$root/driver-operator/config/samples/driver_v1alpha1_referencecsidriver.yaml" >/dev/null
+    kubectl wait --for=condition=Available referencecsidriver/reference.csi-addons-rs.io --timeout=300s >&2
+    for class in networkfenceclass/reference-csi-fence volumereplicationclass/reference-csi-replication \
+      storageclass/reference-csi-filesystem; do
+      kubectl wait --for=create "$class" --timeout=180s >&2
+    done
+    ;;
   remove-driver)
     # Volumes first, while the driver that deletes them still runs: the PVCs go with their namespace,
     # and their PVs (reclaim policy Delete) once the driver has deleted the volumes.
@@ -46,5 +57,5 @@ case "$what" in
     "$(KUSTOMIZE_QUIET=1 "$here/kustomize.sh")" build "$root/deploy/reference-driver" \
       | kubectl delete --ignore-not-found --timeout=180s -f - >/dev/null
     ;;
-  *) log "usage: hack/cluster-install.sh controller|driver|driver-operator|remove-driver"; exit 2 ;;
+  *) log "usage: hack/cluster-install.sh controller|driver|driver-operator|driver-from-operator|remove-driver"; exit 2 ;;
 esac

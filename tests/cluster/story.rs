@@ -58,6 +58,10 @@ pub struct Step {
 #[ignore = "needs the one-node cluster: make test-cluster or make demo-cluster"]
 async fn the_story_in_real_pods() {
     let client = cluster::client().await;
+    // `make demo-cluster DRIVER=operator`: the driver operator's StorageClass.
+    if let Ok(class) = std::env::var("STORY_STORAGE_CLASS") {
+        *crate::driver_pods::STORAGE_CLASS.write().unwrap_or_else(std::sync::PoisonError::into_inner) = class.leak();
+    }
     let steps = tell(&client).await;
     println!(
         "\nThe story in real Pods: {} steps, {:.0} s in all",

@@ -74,10 +74,22 @@ fn cases() -> Vec<(&'static str, &'static str, String, Value)> {
             json!({"driver": "hostile.csi-addons-rs.io", "cidrs": ["999.1.1.1/33"], "fenceState": "Fenced", "secret": {"name": "s", "namespace": "n"}}),
         ),
         (
+            "fence of every address, not marked as meant",
+            "NetworkFence",
+            "fence-everything".into(),
+            json!({"driver": "hostile.csi-addons-rs.io", "cidrs": ["0.0.0.0/0"], "fenceState": "Fenced", "secret": {"name": "s", "namespace": "n"}}),
+        ),
+        (
             "node endpoint with a path",
             "CSIAddonsNode",
             "node-path".into(),
             json!({"driver": {"name": "d.example.com", "endpoint": "pod://../../etc:1", "nodeID": "n"}}),
+        ),
+        (
+            "node endpoint naming a Pod of another namespace",
+            "CSIAddonsNode",
+            "node-foreign".into(),
+            json!({"driver": {"name": "d.example.com", "endpoint": "pod://coredns-0.kube-system:53", "nodeID": "n"}}),
         ),
         (
             "node endpoint of unicode",

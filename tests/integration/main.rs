@@ -39,6 +39,7 @@ mod manager_schedules;
 mod manager_sidecar_client;
 mod olm_bundle;
 mod packaging;
+mod rbac_boundaries;
 mod recording_driver;
 mod rig;
 mod sidecar_cli;

@@ -264,7 +264,7 @@ impl ManagerIdentity {
 
     /// ServiceAccount `account` of `namespace` bound to `role` (renamed to be unique) and to the
     /// leader-election Role `election` in its namespace.
-    async fn with_roles(
+    pub async fn with_roles(
         client: &kube::Client,
         namespace: &str,
         account: &str,

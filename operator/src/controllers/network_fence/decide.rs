@@ -60,6 +60,33 @@ pub fn validate(spec: &NetworkFenceSpec) -> Result<(), InvalidSpec> {
     Ok(())
 }
 
+/// The annotation a NetworkFence needs to fence every address (`0.0.0.0/0` or `::/0`).
+pub const FENCE_EVERYTHING_ANNOTATION: &str = "csi-addons-rs.io/fence-everything";
+
+/// A fence of every address cuts every client off the storage, the cluster's own nodes too: a slip
+/// of the keyboard away from an outage. It is refused unless the object says it means it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "cidr {cidr:?} fences every address, every node of the cluster included; set the annotation \
+     {FENCE_EVERYTHING_ANNOTATION}: \"true\" on the NetworkFence if that is meant"
+)]
+pub struct FencesEverything {
+    pub cidr: String,
+}
+
+/// Checks that a fence of every address is meant (unfencing is always allowed).
+pub fn check_reach(spec: &NetworkFenceSpec, annotations: &BTreeMap<String, String>) -> Result<(), FencesEverything> {
+    let meant = annotations.get(FENCE_EVERYTHING_ANNOTATION).is_some_and(|v| v == "true");
+    if spec.fence_state != FenceState::Fenced || meant {
+        return Ok(());
+    }
+    let everything = |cidr: &&String| cidr.split_once('/').is_some_and(|(_, length)| length.trim() == "0");
+    match spec.cidrs.iter().find(everything) {
+        Some(cidr) => Err(FencesEverything { cidr: cidr.clone() }),
+        None => Ok(()),
+    }
+}
+
 /// An address or an address block (`10.0.0.0/24`, `fd00::/64`, `10.1.2.3`).
 fn check_cidr(cidr: &str) -> Result<(), CidrError> {
     let (address, length) = match cidr.split_once('/') {
@@ -154,6 +181,20 @@ mod tests {
             cidrs: cidrs.iter().map(|c| (*c).to_owned()).collect(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_fence_of_every_address_needs_the_annotation_and_unfencing_does_not() {
+        let none = BTreeMap::new();
+        let everything = spec(Some("c"), None, &["10.0.0.1/32", "0.0.0.0/0"]);
+        let refused = check_reach(&everything, &none).unwrap_err().to_string();
+        assert!(refused.contains("\"0.0.0.0/0\"") && refused.contains(FENCE_EVERYTHING_ANNOTATION), "{refused}");
+        assert!(check_reach(&spec(Some("c"), None, &["::/0"]), &none).is_err());
+        assert!(check_reach(&spec(Some("c"), None, &["10.0.0.0/8", "fd00::/64"]), &none).is_ok());
+        let meant = BTreeMap::from([(FENCE_EVERYTHING_ANNOTATION.to_owned(), "true".to_owned())]);
+        assert!(check_reach(&everything, &meant).is_ok());
+        let unfence = NetworkFenceSpec { fence_state: FenceState::Unfenced, ..everything };
+        assert!(check_reach(&unfence, &none).is_ok(), "taking a fence of everything away is always allowed");
     }
 
     #[test]

@@ -111,6 +111,9 @@ pub(crate) async fn reconcile(fence: Arc<NetworkFence>, ctx: Arc<Retrying>) -> R
     if let Err(invalid) = decide::validate(&fence.spec) {
         return fail(&ctx, &fence, "InvalidSpec", invalid.to_string(), None).await;
     }
+    if let Err(refused) = decide::check_reach(&fence.spec, fence.annotations()) {
+        return fail(&ctx, &fence, "FencesEverything", refused.to_string(), None).await;
+    }
     if decide::up_to_date(&fence) {
         return Ok(Action::await_change());
     }

@@ -63,6 +63,11 @@ pub enum InvalidSpec {
         #[source]
         source: EndpointError,
     },
+    #[error(
+        "spec.driver.endpoint names a Pod in namespace {named:?}: a CSIAddonsNode may only name a Pod of its own \
+         namespace ({own:?}), as a sidecar registers itself"
+    )]
+    ForeignNamespace { named: String, own: String },
 }
 
 /// Checks the spec.
@@ -74,8 +79,17 @@ pub fn validate(node: &CSIAddonsNode) -> Result<Target, InvalidSpec> {
     if driver.endpoint.is_empty() {
         return Err(InvalidSpec::NoEndpoint);
     }
-    parse_endpoint(&driver.endpoint)
-        .map_err(|source| InvalidSpec::Endpoint { endpoint: driver.endpoint.clone(), source })
+    let target = parse_endpoint(&driver.endpoint)
+        .map_err(|source| InvalidSpec::Endpoint { endpoint: driver.endpoint.clone(), source })?;
+    // Whoever may create a CSIAddonsNode in one namespace must not have the manager dial (and send
+    // its token to) a Pod of another.
+    let own = node.metadata.namespace.as_deref().unwrap_or_default();
+    match &target {
+        Target::Pod { namespace, .. } if namespace != own => {
+            Err(InvalidSpec::ForeignNamespace { named: namespace.clone(), own: own.to_owned() })
+        }
+        _ => Ok(target),
+    }
 }
 
 #[cfg(test)]
@@ -84,12 +98,14 @@ mod tests {
     use api::csiaddons::{CSIAddonsNodeDriver, CSIAddonsNodeSpec};
 
     fn node(endpoint: &str) -> CSIAddonsNode {
-        CSIAddonsNode::new(
+        let mut node = CSIAddonsNode::new(
             "n1-ns-daemonset-plugin",
             CSIAddonsNodeSpec {
                 driver: CSIAddonsNodeDriver { name: "d".into(), endpoint: endpoint.into(), node_id: "n1".into() },
             },
-        )
+        );
+        node.metadata.namespace = Some("ns".into());
+        node
     }
 
     #[test]
@@ -122,5 +138,7 @@ mod tests {
         let mut nameless = node("pod://p.ns:1");
         nameless.spec.driver.name.clear();
         assert!(validate(&nameless).unwrap_err().to_string().contains("name is empty"));
+        let foreign = validate(&node("pod://p.kube-system:1")).unwrap_err().to_string();
+        assert!(foreign.contains("\"kube-system\"") && foreign.contains("its own namespace (\"ns\")"), "{foreign}");
     }
 }
