@@ -191,6 +191,12 @@ pub(crate) async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<NodeContext>) -
             Ok(Action::requeue(RECHECK))
         }
         Err(why) => {
+            // A connection dialled under trust that no longer holds (a CA that appeared, changed or
+            // broke) is not left for other callers while this one retries.
+            let stamp = ctx.security.trust().stamp(&node.spec.driver.name);
+            if ctx.pool.get(&key).is_some_and(|c| c.trust_stamp != stamp) {
+                ctx.pool.remove_node(&namespace, &name);
+            }
             let failures = node.status.as_ref().and_then(|s| s.retries).and_then(|n| u32::try_from(n).ok());
             match after_failure(failures.unwrap_or(0), ctx.settings().csi_addons_node_retry_delay) {
                 AfterFailure::Retry { attempt, delay } => {
