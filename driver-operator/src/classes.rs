@@ -112,12 +112,16 @@ mod tests {
         assert!(storage_class("filesystem", None).metadata.annotations.is_none());
     }
 
+    /// The capabilities of a sidecar offering every class.
+    fn every_capability() -> BTreeSet<String> {
+        ["volume_replication.VOLUME_REPLICATION", "volume_group.VOLUME_GROUP", "network_fence.NETWORK_FENCE"]
+            .map(str::to_owned)
+            .into()
+    }
+
     #[test]
     fn addons_classes_need_the_capability_and_the_spec() {
-        let all: BTreeSet<String> =
-            ["volume_replication.VOLUME_REPLICATION", "volume_group.VOLUME_GROUP", "network_fence.NETWORK_FENCE"]
-                .map(str::to_owned)
-                .into();
+        let all = every_capability();
         let (none_asked, ns) = (&Credentials::NotAsked, "csi-addons-reference");
         let set = addons_classes(&all, &AddonsClasses::default(), none_asked, ns);
         assert!(set.replication.is_some() && set.group_replication.is_some() && set.network_fence.is_some());
@@ -131,10 +135,7 @@ mod tests {
 
     #[test]
     fn with_credentials_every_addons_class_names_the_copy() {
-        let all: BTreeSet<String> =
-            ["volume_replication.VOLUME_REPLICATION", "volume_group.VOLUME_GROUP", "network_fence.NETWORK_FENCE"]
-                .map(str::to_owned)
-                .into();
+        let all = every_capability();
         let set = addons_classes(&all, &AddonsClasses::default(), &Credentials::Copied(2), "csi-addons-reference");
         let replication = set.replication.unwrap().spec.parameters.unwrap();
         assert_eq!(replication["replication.storage.openshift.io/replication-secret-name"], crate::credentials::COPY);

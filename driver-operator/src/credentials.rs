@@ -12,10 +12,10 @@ use std::collections::BTreeMap;
 use api::driver::SecretReference;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::Api;
 
 use crate::assets::MANAGED_BY;
-use crate::driver_set::{DriverSetError, FIELD_MANAGER};
+use crate::driver_set::{DriverSetError, api_error};
 
 /// The copy in the driver's namespace.
 pub const COPY: &str = "reference-driver-credentials";
@@ -90,56 +90,28 @@ pub fn secret_parameters(prefix: &str, driver_namespace: &str, credentials: &Cre
     ])
 }
 
-/// Copies the credentials the spec names, if any.
-pub async fn sync(
+/// The copy of the Secret `reference` names, to apply in `driver_namespace`; or, when there is
+/// none to make, why (the last copy is then left as it is).
+pub async fn copy_for(
     client: &kube::Client,
-    reference: Option<&SecretReference>,
+    reference: &SecretReference,
     operator_namespace: &str,
     driver_namespace: &str,
-) -> Result<Credentials, DriverSetError> {
-    let Some(reference) = reference else { return Ok(Credentials::NotAsked) };
+) -> Result<Result<Secret, String>, DriverSetError> {
     if let Err(why) = check_reference(reference, operator_namespace) {
-        return Ok(Credentials::Failed(why));
+        return Ok(Err(why));
     }
-    let sources = Api::<Secret>::namespaced(client.clone(), operator_namespace);
-    let source = sources.get_opt(&reference.name).await.map_err(|source| DriverSetError::Api {
-        action: "reading",
-        kind: "Secret".into(),
-        name: format!("{operator_namespace}/{}", reference.name),
-        source,
-    })?;
+    let name = &reference.name;
+    let source = Api::<Secret>::namespaced(client.clone(), operator_namespace)
+        .get_opt(name)
+        .await
+        .map_err(api_error("reading", "Secret", &format!("{operator_namespace}/{name}")))?;
     let Some(source) = source else {
-        return Ok(Credentials::Failed(format!(
-            "credentialsSecret {operator_namespace}/{} does not exist; the driver keeps the last copy, if any",
-            reference.name
+        return Ok(Err(format!(
+            "credentialsSecret {operator_namespace}/{name} does not exist; the driver keeps the last copy, if any"
         )));
     };
-    let copy = match copy_of(&source, driver_namespace) {
-        Ok(copy) => copy,
-        Err(why) => return Ok(Credentials::Failed(why)),
-    };
-    let keys = copy.data.as_ref().map_or(0, BTreeMap::len);
-    Api::<Secret>::namespaced(client.clone(), driver_namespace)
-        .patch(COPY, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&copy))
-        .await
-        .map_err(|source| DriverSetError::Api {
-            action: "applying",
-            kind: "Secret".into(),
-            name: format!("{driver_namespace}/{COPY}"),
-            source,
-        })?;
-    Ok(Credentials::Copied(keys))
-}
-
-/// Deletes the copy (the driver's removal); `Some(kind/name)` while it still exists.
-pub async fn remove_copy(client: &kube::Client, driver_namespace: &str) -> Result<Option<String>, DriverSetError> {
-    match Api::<Secret>::namespaced(client.clone(), driver_namespace).delete(COPY, &DeleteParams::default()).await {
-        Ok(_) => Ok(Some(format!("Secret/{COPY}"))),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
-        Err(source) => {
-            Err(DriverSetError::Api { action: "deleting", kind: "Secret".into(), name: COPY.into(), source })
-        }
-    }
+    Ok(copy_of(&source, driver_namespace))
 }
 
 #[cfg(test)]

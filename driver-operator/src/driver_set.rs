@@ -79,7 +79,7 @@ pub enum DriverSetError {
     },
 }
 
-fn api_error(action: &'static str, kind: &str, name: &str) -> impl FnOnce(kube::Error) -> DriverSetError {
+pub(crate) fn api_error(action: &'static str, kind: &str, name: &str) -> impl FnOnce(kube::Error) -> DriverSetError {
     let (kind, name) = (kind.to_owned(), name.to_owned());
     move |source| DriverSetError::Api { action, kind, name, source }
 }
@@ -161,9 +161,7 @@ async fn reconcile(driver: Arc<ReferenceCSIDriver>, ctx: Arc<Context>) -> Result
             let sidecar_ca = if driver.spec.csi_addons.enabled { Some(certificates(&ctx).await?) } else { None };
             let assets = assets::render(&driver.spec, &ctx.placement, sidecar_ca.as_deref())?;
             apply_all(&ctx.client, &assets).await?;
-            let (reference, placement) = (driver.spec.credentials_secret.as_ref(), &ctx.placement);
-            let copied =
-                credentials::sync(&ctx.client, reference, &placement.operator_namespace, &placement.namespace).await?;
+            let copied = sync_credentials(&ctx, &driver).await?;
             let seen = observe(&ctx, &assets).await?;
             backend = backend::ask(&seen.pods).await;
             apply_classes(&ctx, &driver, &backend, &copied).await?;
@@ -341,6 +339,19 @@ async fn certificates(ctx: &Context) -> Result<String, DriverSetError> {
     Ok(certs::bundle(&ca, now))
 }
 
+/// Copies the credentials Secret the spec names, if any, into the driver's namespace.
+async fn sync_credentials(ctx: &Context, driver: &ReferenceCSIDriver) -> Result<Credentials, DriverSetError> {
+    let Some(reference) = driver.spec.credentials_secret.as_ref() else { return Ok(Credentials::NotAsked) };
+    let placement = &ctx.placement;
+    match credentials::copy_for(&ctx.client, reference, &placement.operator_namespace, &placement.namespace).await? {
+        Ok(copy) => {
+            apply(&Api::<Secret>::namespaced(ctx.client.clone(), &placement.namespace), &copy).await?;
+            Ok(Credentials::Copied(copy.data.as_ref().map_or(0, std::collections::BTreeMap::len)))
+        }
+        Err(why) => Ok(Credentials::Failed(why)),
+    }
+}
+
 /// The StorageClasses of the profiles the backend reports, and the CSI-Addons classes the
 /// driver's sidecars advertise capabilities for. None is ever deleted here.
 async fn apply_classes(
@@ -476,10 +487,9 @@ async fn remove(ctx: &Context) -> Result<Rollout, DriverSetError> {
     for account in &assets.service_accounts {
         left.extend(delete(&Api::<ServiceAccount>::namespaced(client.clone(), namespace), &account.name_any()).await?);
     }
-    for secret in [crate::certificates::SERVING_SECRET, crate::certificates::CA_SECRET] {
+    for secret in [crate::certificates::SERVING_SECRET, crate::certificates::CA_SECRET, credentials::COPY] {
         left.extend(delete(&Api::<Secret>::namespaced(client.clone(), namespace), secret).await?);
     }
-    left.extend(credentials::remove_copy(client, namespace).await?);
     if left.is_empty() { Ok(Rollout::Done) } else { Ok(Rollout::Waiting(format!("removing {}", left.join(", ")))) }
 }
 

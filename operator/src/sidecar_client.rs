@@ -182,7 +182,9 @@ impl DriverTrust {
         let mut verifiers = self.verifiers.write().unwrap_or_else(PoisonError::into_inner);
         let current = verifiers.get(driver).map(|t| t.bundle.as_str());
         if current == bundle {
-            return verifiers.get(driver).map_or(Ok(()), |t| t.verifier.clone().map(drop).map_err(ClientError::BadCa));
+            let broken = verifiers.get(driver).and_then(|t| t.verifier.as_ref().err());
+            return broken
+                .map_or(Ok(()), |why| Err(ClientError::Untrusted { driver: driver.to_owned(), why: why.clone() }));
         }
         *self.stamps.lock().unwrap_or_else(PoisonError::into_inner).entry(driver.to_owned()).or_default() += 1;
         self.changed.send_modify(|n| *n += 1);
@@ -190,11 +192,11 @@ impl DriverTrust {
             verifiers.remove(driver);
             return Ok(());
         };
+        // The error goes to the caller as it is; its words are kept for the refusals to come.
         let verifier = verifying_config(pem.as_bytes(), &format!("CSIDriver {driver}")).map(Arc::new);
-        let outcome = verifier.as_ref().map(drop).map_err(|e| ClientError::BadCa(e.to_string()));
-        let verifier = verifier.map_err(|e| e.to_string());
-        verifiers.insert(driver.to_owned(), Trusted { bundle: pem.to_owned(), verifier });
-        outcome
+        let kept = verifier.as_ref().map(Arc::clone).map_err(ToString::to_string);
+        verifiers.insert(driver.to_owned(), Trusted { bundle: pem.to_owned(), verifier: kept });
+        verifier.map(drop)
     }
 
     /// True the first time it is asked for `driver`: whether to warn that its sidecars are not

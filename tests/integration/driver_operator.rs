@@ -71,6 +71,16 @@ impl Operator {
     }
 }
 
+/// A Warning event of `reason` about the driver object.
+pub async fn warning(client: &Client, reason: &str) -> Option<Event> {
+    let list = Api::<Event>::all(client.clone()).list(&ListParams::default()).await.ok()?;
+    list.items.into_iter().find(|e| {
+        e.reason.as_deref() == Some(reason)
+            && e.type_.as_deref() == Some("Warning")
+            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(DRIVER_NAME)
+    })
+}
+
 /// The condition `type_` of the driver object: (status, reason, message).
 pub async fn condition(drivers: &Api<ReferenceCSIDriver>, name: &str, type_: &str) -> Option<(bool, String, String)> {
     let driver = drivers.get_opt(name).await.ok()??;
@@ -258,19 +268,7 @@ async fn one_object_gives_the_driver_which_rolls_out_is_removed_and_comes_back()
         .await;
     assert_eq!(reason, "RolloutFailed");
     assert!(message.contains("reference-driver-node-x") && message.contains("ImagePullBackOff"), "{message}");
-    let events: Api<Event> = Api::all(client.clone());
-    operator
-        .eventually("a Warning event RolloutFailed", async || {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            list.items
-                .into_iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some("RolloutFailed")
-                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(DRIVER_NAME)
-                })
-                .filter(|e| e.type_.as_deref() == Some("Warning"))
-        })
-        .await;
+    operator.eventually("a Warning event RolloutFailed", async || warning(&client, "RolloutFailed").await).await;
     pods.delete("reference-driver-node-x", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() })
         .await
         .unwrap();

@@ -6,12 +6,11 @@ use api::csiaddons::NetworkFenceClass;
 use api::driver::{DRIVER_NAME, ReferenceCSIDriver};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::events::v1::Event;
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use crate::driver_operator::{Operator, condition};
+use crate::driver_operator::{Operator, condition, warning};
 
 const COPY: &str = "reference-driver-credentials";
 
@@ -52,15 +51,7 @@ pub async fn check(client: &Client, operator: &Operator, namespace: &str, driver
 
     // The fence class made before keeps its parameters, and a Warning says how to renew it; made
     // again, it names the copy.
-    let events: Api<Event> = Api::all(client.clone());
-    operator
-        .eventually("a Warning ClassKept", async || {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            list.items
-                .into_iter()
-                .find(|e| e.reason.as_deref() == Some("ClassKept") && e.type_.as_deref() == Some("Warning"))
-        })
-        .await;
+    operator.eventually("a Warning ClassKept", async || warning(client, "ClassKept").await).await;
     let fence_classes: Api<NetworkFenceClass> = Api::all(client.clone());
     fence_classes.delete("reference-csi-fence", &DeleteParams::default()).await.unwrap();
     let renewed = operator
