@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: olm-up prometheus-up operatorhub freeze-release test-olm demo-cluster cluster-up cluster-down cluster-install test-cluster ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
+.PHONY: test-faults-cluster olm-up prometheus-up operatorhub freeze-release test-olm demo-cluster cluster-up cluster-down cluster-install test-cluster ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
 
 all: build
 
@@ -90,7 +90,7 @@ demo-cluster: ## make demo's story in real Pods, on a fresh `make cluster-up`: i
 	  hack/cluster.sh exec $(CARGO) test --offline --locked -q -p integration-tests --test cluster story -- --ignored --nocapture --test-threads=1; \
 	fi
 
-test-cluster: ship-binaries ## The product in real Pods: a fresh one-node cluster, the release YAMLs and the driver installed, tests/cluster run inside its network namespace; then the driver replaced by the driver operator's, taken through backend loss, a spec change, Removed and Managed; then everything removed (and checked)
+test-cluster: ship-binaries ## The product in real Pods: a fresh one-node cluster, the release YAMLs and the driver installed, tests/cluster run inside its network namespace; then the kubelet and containerd restarted mid-batch (make test-faults-cluster's table); then the driver replaced by the driver operator's, taken through backend loss, a spec change, Removed and Managed; then the API server's audit log compared with the shipped RBAC (every rule used or named, nothing refused); then everything removed (and checked)
 	$(CARGO) test --locked -p integration-tests --test cluster --no-run
 	@hack/cluster.sh check || { echo "test-cluster: a cluster is running or left traces; make cluster-down first" >&2; exit 1; }
 	@# Whatever happens, the cluster goes, and a trace it leaves fails the target.
@@ -99,10 +99,22 @@ test-cluster: ship-binaries ## The product in real Pods: a fresh one-node cluste
 	hack/images.sh $(SHIP_DIR) $(IMAGE_TAG); \
 	hack/cluster-install.sh controller; \
 	hack/cluster-install.sh driver; \
-	HELM="$$(hack/helm.sh)"; hack/cluster.sh exec env HELM="$$HELM" $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1 --skip olm --skip readme_helm --skip prometheus --skip driver_operator; \
+	HELM="$$(hack/helm.sh)"; hack/cluster.sh exec env HELM="$$HELM" $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1 --skip olm --skip readme_helm --skip prometheus --skip driver_operator --skip rbac_audit --skip faults_cluster; \
+	hack/cluster.sh exec $(CARGO) test --offline --locked -p integration-tests --test cluster faults_cluster:: -- --ignored --test-threads=1 --nocapture; \
 	hack/cluster-install.sh remove-driver; \
 	hack/cluster-install.sh driver-operator; \
-	hack/cluster.sh exec $(CARGO) test --offline --locked -p integration-tests --test cluster driver_operator:: -- --ignored --test-threads=1 --nocapture
+	hack/cluster.sh exec $(CARGO) test --offline --locked -p integration-tests --test cluster driver_operator:: -- --ignored --test-threads=1 --nocapture; \
+	hack/cluster.sh exec $(CARGO) test --offline --locked -p integration-tests --test cluster rbac_audit:: -- --ignored --nocapture
+
+test-faults-cluster: ship-binaries ## Faults a real cluster has, on a fresh one-node cluster with the release YAMLs and the driver: the kubelet restarted, containerd restarted, each in the middle of 200 ReclaimSpaceJobs (one per volume) and a VolumeReplication changing state; no job stuck or lost (prints the table of make test-faults)
+	$(CARGO) test --locked -p integration-tests --test cluster --no-run
+	@hack/cluster.sh check || { echo "test-faults-cluster: a cluster is running or left traces; make cluster-down first" >&2; exit 1; }
+	@trap 'hack/cluster.sh down || exit 1' EXIT; set -e; \
+	hack/cluster.sh up; \
+	hack/images.sh $(SHIP_DIR) $(IMAGE_TAG); \
+	hack/cluster-install.sh controller; \
+	hack/cluster-install.sh driver; \
+	hack/cluster.sh exec $(CARGO) test --offline --locked -p integration-tests --test cluster faults_cluster:: -- --ignored --test-threads=1 --nocapture
 
 test-olm: ship-binaries ## OLM for real: a fresh one-node cluster with OLM v0.33.0 (hack/olm.sh), the README's Helm command, then the bundle installed by operator-sdk as the README says, upgraded to the next version's, from a catalog by a Subscription, and scorecard in Pods; the driver operator subscribed to, OLM resolving csi-addons as its dependency, and the story run on its driver; then the release YAMLs and the driver, scraped by a Prometheus the Prometheus Operator runs (hack/prometheus.sh) while the story runs; then everything removed (and checked)
 	$(CARGO) test --locked -p integration-tests --test cluster --no-run

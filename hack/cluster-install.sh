@@ -54,6 +54,10 @@ case "$what" in
       sleep 2
     done
     [ -z "$(kubectl get pv -o name)" ] || { log "PVs left after the workloads went: $(kubectl get pv -o name)"; exit 1; }
+    # The driver's Pods next, while their RBAC still holds: a sidecar shutting down still releases its
+    # Lease and says goodbye to the API server.
+    kubectl -n csi-addons-reference delete statefulset,daemonset,cronjob,job --all --cascade=foreground \
+      --ignore-not-found --timeout=180s >/dev/null
     "$(KUSTOMIZE_QUIET=1 "$here/kustomize.sh")" build "$root/deploy/reference-driver" \
       | kubectl delete --ignore-not-found --timeout=180s -f - >/dev/null
     ;;

@@ -7,6 +7,8 @@
 #                           # the network namespace (with its iptables rules), sysctls restored
 #   hack/cluster.sh check   # exit 1 (and say what) if anything of a stopped cluster is left
 #   hack/cluster.sh exec CMD...   # run CMD inside the cluster's network namespace, KUBECONFIG set
+#   hack/cluster.sh restart kubelet|containerd   # stop one of the node's services (SIGTERM) and start
+#                           # it again, as a service manager does after a crash or an upgrade
 #
 # Inside the namespace: a bridge with no ports, `node0`, holds the node's address (10.250.0.1), a default
 # route points at it (so nothing can leave), the bridge `cni0` (10.244.0.0/24) holds the Pods, and
@@ -47,6 +49,9 @@ CGROUP=k8s.io
 # The reference driver's state and volumes (a hostPath in its manifests, shared by its controller
 # and node plugins); its loop devices are detached by `down`.
 DRIVER_DIR=/var/lib/csi-addons-reference
+# Where the product's service accounts live (the manager, the reference driver with its sidecars,
+# the driver operator): their requests are audited.
+AUDITED_NAMESPACES="csi-addons-system csi-addons-reference reference-driver-operator"
 HOST_PATHS="$DRIVER_DIR /var/lib/kubelet /var/log/pods /var/log/containers /var/lib/cni /run/containerd /opt/containerd"
 
 in_netns() { nsenter --net="/run/netns/$NETNS" -- "$@"; }
@@ -218,6 +223,19 @@ healthzBindAddress: 127.0.0.1:10256
 # Conntrack's limits are the host's, not the namespace's: leave them alone.
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 EOF
+  # The audit log of what the product's service accounts ask (CLUSTER_AUDIT_DIR for the tests): the
+  # RBAC test compares every (verb, resource) they used with the rules they are given. The control
+  # plane's own accounts are left out; they would be most of the log.
+  mkdir -p "$STATE/audit"
+  cat >"$STATE/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  userGroups: [$(printf 'system:serviceaccounts:%s,' $AUDITED_NAMESPACES | sed 's/,$//')]
+- level: None
+EOF
   cat >"$STATE/registry.yaml" <<EOF
 version: 0.1
 storage: {filesystem: {rootdirectory: "$STATE/registry"}}
@@ -242,7 +260,9 @@ control_plane() {
     --requestheader-client-ca-file="$d/front-proxy-ca.crt" --requestheader-allowed-names=front-proxy-client \
     --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
     --requestheader-extra-headers-prefix=X-Remote-Extra- --proxy-client-cert-file="$d/front-proxy-client.crt" \
-    --proxy-client-key-file="$d/front-proxy-client.key" --enable-aggregator-routing=true
+    --proxy-client-key-file="$d/front-proxy-client.key" --enable-aggregator-routing=true \
+    --audit-policy-file="$STATE/audit-policy.yaml" --audit-log-path="$STATE/audit/audit.log" \
+    --audit-log-format=json --audit-log-maxsize=100 --audit-log-maxbackup=20
   wait_for kube-apiserver 60 kubectl get --raw /readyz
   start kube-controller-manager "$ASSETS/kube-controller-manager" --kubeconfig="$STATE/kubeconfig" \
     --bind-address=127.0.0.1 --leader-elect=false --root-ca-file="$d/ca.crt" \
@@ -254,15 +274,42 @@ control_plane() {
 node() {
   # The registry exports traces to localhost:4318 unless told not to.
   start registry env OTEL_TRACES_EXPORTER=none "$NODE/registry" serve "$STATE/registry.yaml"
-  start containerd env PATH="$NODE:$PATH" "$NODE/containerd" --config "$STATE/containerd/config.toml"
+  start_containerd
   wait_for registry 30 in_netns curl -sf --cacert "$STATE/pki/ca.crt" "https://$REGISTRY/v2/"
   push_image pause 1 "$NODE/pause" /pause
   wait_for containerd 30 test -S "$STATE/containerd/containerd.sock"
+  start_kubelet
+  start kube-proxy "$NODE/kube-proxy" --config="$STATE/kube-proxy.yaml"
+  wait_for kubelet 120 kubectl wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s
+}
+
+start_containerd() {
+  start containerd env PATH="$NODE:$PATH" "$NODE/containerd" --config "$STATE/containerd/config.toml"
+}
+
+start_kubelet() {
   start kubelet env PATH="$NODE:$PATH" "$NODE/kubelet" --config="$STATE/kubelet/config.yaml" \
     --kubeconfig="$STATE/kubeconfig" --root-dir="$KUBELET_DIR" --cert-dir="$STATE/kubelet/pki" --hostname-override=$NODE_NAME \
     --node-ip=$NODE_IP --container-runtime-endpoint="unix://$STATE/containerd/containerd.sock"
-  start kube-proxy "$NODE/kube-proxy" --config="$STATE/kube-proxy.yaml"
+}
+
+# restart NAME: SIGTERM to the node's service NAME, then the same command line again once it is
+# gone. Its Pods' containers run on under their shims; the kubelet takes them over again.
+restart() {
+  local name=$1 pid
+  pid=$(awk -v name="$name" '$2 == name { pid = $1 } END { print pid }' "$STATE/pids")
+  [ -n "$pid" ] || { log "no $name in this cluster"; exit 2; }
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  mv "$STATE/logs/$name.log" "$STATE/logs/$name.$(date +%s).log"
+  case "$name" in
+    containerd) start_containerd; wait_for containerd 30 test -S "$STATE/containerd/containerd.sock" ;;
+    kubelet) start_kubelet ;;
+    *) log "restart: kubelet or containerd"; exit 2 ;;
+  esac
   wait_for kubelet 120 kubectl wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s
+  log "$name restarted (was pid $pid)"
 }
 
 # push_root NAME TAG ROOT ENTRYPOINT...: an image of the directory ROOT, pushed to the registry.
@@ -445,6 +492,10 @@ case "${1:-}" in
     # shellcheck disable=SC1091
     . "$STATE/env"
     PATH="$ASSETS:$NODE:$PATH" KUBECONFIG="$STATE/kubeconfig" CLUSTER_KUBECONFIG="$STATE/kubeconfig" \
-      CLUSTER_REGISTRY="$REGISTRY" CLUSTER_CA_FILE="$STATE/pki/ca.crt" in_netns "$@" ;;
-  *) log "usage: hack/cluster.sh up|down|check|exec CMD..."; exit 2 ;;
+      CLUSTER_REGISTRY="$REGISTRY" CLUSTER_CA_FILE="$STATE/pki/ca.crt" CLUSTER_AUDIT_DIR="$STATE/audit" in_netns "$@" ;;
+  restart)
+    # shellcheck disable=SC1091
+    . "$STATE/env"
+    restart "${2:-}" ;;
+  *) log "usage: hack/cluster.sh up|down|check|exec CMD...|restart kubelet|containerd"; exit 2 ;;
 esac

@@ -62,10 +62,25 @@ pub enum ClientError {
 
 /// A client configured as `kubeconfig::infer` finds, with at most `in_flight` requests at once
 /// when given (watches hold a slot only until their response starts), retrying 429, 503 and 504
-/// answers as kube's own stack does.
-pub async fn client(kubeconfig: Option<&Path>, in_flight: Option<usize>) -> Result<kube::Client, ClientError> {
-    let config = kubeconfig::infer(kubeconfig).await?;
+/// answers as kube's own stack does. Its requests carry `agent` (see `user_agent`) as their
+/// User-Agent, so the API server's audit log and metrics tell the programs apart.
+pub async fn client(
+    agent: &str,
+    kubeconfig: Option<&Path>,
+    in_flight: Option<usize>,
+) -> Result<kube::Client, ClientError> {
+    let mut config = kubeconfig::infer(kubeconfig).await?;
+    if let Ok(agent) = http::HeaderValue::from_str(agent) {
+        config.headers.push((http::header::USER_AGENT, agent));
+    }
     client_for(config, in_flight)
+}
+
+/// A User-Agent in client-go's form, `program/vVERSION (os/arch)`: kube sends none, and a request
+/// without one is anonymous in audit logs, where several programs share a service account (the
+/// CSI-Addons sidecar and the CSI sidecars in a driver's Pods).
+pub fn user_agent(program: &str, version: &str) -> String {
+    format!("{program}/v{version} ({}/{}) csi-addons-rs", std::env::consts::OS, std::env::consts::ARCH)
 }
 
 /// A client for `config` (see `client`).

@@ -164,6 +164,8 @@ pub fn render(
         lay_spec_over(pod, spec, placement);
         if sidecar_ca.is_some() && spec.csi_addons.enabled {
             mount_sidecar_certificate(pod);
+        } else {
+            unmount_sidecar_certificate(pod);
         }
     }
     Ok(assets)
@@ -285,11 +287,15 @@ fn lay_spec_over(pod: &mut PodSpec, spec: &ReferenceCSIDriverSpec, placement: &P
 /// Where the sidecars find their certificate.
 const SIDECAR_TLS_DIR: &str = "/etc/csi-addons/tls";
 
+/// The volume of the sidecars' serving certificate.
+const SIDECAR_TLS_VOLUME: &str = "sidecar-tls";
+const SIDECAR_TLS_FLAGS: [&str; 2] = ["--tls-cert-file=", "--tls-key-file="];
+
 /// The serving certificate's Secret as a volume of `pod`, mounted into its CSI-Addons sidecar,
 /// which serves it (and re-reads it when the kubelet updates the files).
 fn mount_sidecar_certificate(pod: &mut PodSpec) {
     use k8s_openapi::api::core::v1::{SecretVolumeSource, Volume, VolumeMount};
-    const VOLUME: &str = "sidecar-tls";
+    const VOLUME: &str = SIDECAR_TLS_VOLUME;
     let volumes = pod.volumes.get_or_insert_with(Vec::new);
     volumes.retain(|v| v.name != VOLUME);
     volumes.push(Volume {
@@ -312,6 +318,23 @@ fn mount_sidecar_certificate(pod: &mut PodSpec) {
         let args = sidecar.args.get_or_insert_with(Vec::new);
         set_arg(args, "--tls-cert-file", &format!("{SIDECAR_TLS_DIR}/tls.crt"));
         set_arg(args, "--tls-key-file", &format!("{SIDECAR_TLS_DIR}/tls.key"));
+    }
+}
+
+/// No serving certificate for `pod`: deploy/reference-driver/ mounts the one its certificates Job
+/// issues, a Secret this operator makes only while CSI-Addons is on (the sidecars then make their
+/// own certificate, or are not there at all).
+fn unmount_sidecar_certificate(pod: &mut PodSpec) {
+    if let Some(volumes) = pod.volumes.as_mut() {
+        volumes.retain(|v| v.name != SIDECAR_TLS_VOLUME);
+    }
+    for container in &mut pod.containers {
+        if let Some(mounts) = container.volume_mounts.as_mut() {
+            mounts.retain(|m| m.name != SIDECAR_TLS_VOLUME);
+        }
+        if let Some(args) = container.args.as_mut() {
+            args.retain(|a| !SIDECAR_TLS_FLAGS.iter().any(|flag| a.starts_with(flag)));
+        }
     }
 }
 
@@ -428,6 +451,8 @@ mod tests {
                 volume.secret.as_ref().unwrap().secret_name.as_deref(),
                 Some(crate::certificates::SERVING_SECRET)
             );
+            assert_eq!(pod.volumes.iter().flatten().filter(|v| v.name == "sidecar-tls").count(), 1);
+            assert_eq!(args(sidecar).iter().filter(|a| a.starts_with("--tls-cert-file=")).count(), 1);
             assert!(
                 container(pod, containers::DRIVER)
                     .unwrap()
@@ -437,7 +462,8 @@ mod tests {
                     .all(|m| m.name != "sidecar-tls")
             );
         }
-        // Without a CA (the hand install's way) the sidecars make their own certificate.
+        // Without a CA the sidecars make their own certificate: the hand install's Secret, which
+        // this operator does not issue then, is not mounted (a Pod would wait for it forever).
         let plain = render(&ReferenceCSIDriverSpec::default(), &placement(), None).unwrap();
         assert!(
             plain
@@ -447,6 +473,13 @@ mod tests {
                 .as_ref()
                 .is_none_or(|a| !a.contains_key(api::driver::SIDECAR_CA_ANNOTATION))
         );
+        for controller in [true, false] {
+            let pod = pod(&plain, controller);
+            assert!(pod.volumes.iter().flatten().all(|v| v.name != "sidecar-tls"));
+            let sidecar = container(pod, containers::CSI_ADDONS).unwrap();
+            assert!(sidecar.volume_mounts.iter().flatten().all(|m| m.name != "sidecar-tls"));
+            assert!(!args(sidecar).iter().any(|a| a.starts_with("--tls-")), "{:?}", args(sidecar));
+        }
     }
 
     #[test]

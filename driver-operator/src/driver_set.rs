@@ -304,16 +304,20 @@ fn generation_of<K: Resource<DynamicType = ()>>(object: &K, group: &str, resourc
     }
 }
 
-/// The sidecars' CA and serving certificate, (re)issued when due (the Namespace applied first to
-/// hold them); the CA bundle the manager is to trust. On a CA renewal the new serving certificate
-/// is written before the CSIDriver names the new CA, but the kubelet takes far longer to update a
-/// Secret volume than this pass takes to apply the CSIDriver, so no sidecar serves a certificate
-/// the manager does not trust yet.
+/// The sidecars' CA and serving certificate, the Namespace applied first to hold them (see
+/// `keep_certificates`).
 async fn certificates(ctx: &Context) -> Result<String, DriverSetError> {
-    use crate::certificates::{self as certs, CA_SECRET, SERVING_SECRET};
-    let namespace = &ctx.placement.namespace;
     apply(&Api::<Namespace>::all(ctx.client.clone()), &assets::namespace(&ctx.placement)?).await?;
-    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), namespace);
+    keep_certificates(&ctx.client, &ctx.placement.namespace).await
+}
+
+/// The sidecars' CA and serving certificate in `namespace`, (re)issued when due; the CA bundle the
+/// manager is to trust. On a CA renewal the new serving certificate is written before the CSIDriver
+/// names the new CA, but the kubelet takes far longer to update a Secret volume than this pass
+/// takes to apply the CSIDriver, so no sidecar serves a certificate the manager does not trust yet.
+pub async fn keep_certificates(client: &kube::Client, namespace: &str) -> Result<String, DriverSetError> {
+    use crate::certificates::{self as certs, CA_SECRET, SERVING_SECRET};
+    let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
     let read = |name: &'static str| {
         let secrets = secrets.clone();
         async move { secrets.get_opt(name).await.map_err(api_error("reading", "Secret", name)) }

@@ -35,6 +35,11 @@ pub struct Cli {
         default_value = "system:serviceaccount:csi-addons-system:csi-addons-controller-manager"
     )]
     pub manager_identity: String,
+    /// Issue (or renew, when due) the CSI-Addons sidecars' CA and serving certificate in
+    /// --driver-namespace, publish the CA on the driver's CSIDriver, and exit: how a driver
+    /// installed by hand (deploy/reference-driver/) gets sidecars the manager verifies.
+    #[arg(long, env = "ISSUE_SIDECAR_CERTIFICATES", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
+    pub issue_sidecar_certificates: bool,
     /// Compete for a Lease so that one replica acts at a time.
     #[arg(long, env = "LEADER_ELECT", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
     pub leader_elect: bool,

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use api::driver::DRIVER_NAME;
 use axum::Router;
 use axum::routing::get;
 use tokio::sync::watch;
@@ -30,6 +31,8 @@ pub use flags::Cli;
 pub const LEASE_NAME: &str = "reference-driver-operator.driver.csi-addons-rs.io";
 /// API requests in flight at once.
 const API_IN_FLIGHT: usize = 8;
+/// Who writes the CSIDriver's CA annotation in a hand install.
+const CERTIFICATES_FIELD_MANAGER: &str = "reference-driver-certificates";
 
 /// Why the operator could not start.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +47,35 @@ pub enum OperatorError {
     },
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error(transparent)]
+    Certificates(#[from] driver_set::DriverSetError),
+    #[error(
+        "publishing the sidecars' CA on the CSIDriver {DRIVER_NAME} (is deploy/reference-driver/csidriver.yaml applied?): {0}"
+    )]
+    PublishCa(#[source] kube::Error),
+}
+
+/// One pass of the sidecars' certificates for a driver installed by hand (deploy/reference-driver/
+/// runs it as a Job, and daily as a CronJob): the CA and serving certificate in `namespace`, issued
+/// or renewed when due exactly as the operator keeps them, and the CA bundle on the CSIDriver. A
+/// merge patch, not an apply: a missing CSIDriver is an error to retry, never made here with
+/// defaults that its immutable fields would then keep.
+async fn issue_sidecar_certificates(client: kube::Client, namespace: &str) -> Result<(), OperatorError> {
+    use api::driver::SIDECAR_CA_ANNOTATION;
+    let bundle = driver_set::keep_certificates(&client, namespace).await?;
+    let patch = serde_json::json!({ "metadata": { "annotations": { SIDECAR_CA_ANNOTATION: bundle } } });
+    let params =
+        kube::api::PatchParams { field_manager: Some(CERTIFICATES_FIELD_MANAGER.to_owned()), ..Default::default() };
+    kube::Api::<k8s_openapi::api::storage::v1::CSIDriver>::all(client)
+        .patch(DRIVER_NAME, &params, &kube::api::Patch::Merge(&patch))
+        .await
+        .map_err(OperatorError::PublishCa)?;
+    tracing::info!(
+        namespace,
+        driver = DRIVER_NAME,
+        "the sidecars' certificates are current and their CA is on the CSIDriver"
+    );
+    Ok(())
 }
 
 async fn serve(address: String, router: Router, mut stop: watch::Receiver<bool>) -> Result<(), OperatorError> {
@@ -85,9 +117,17 @@ async fn lead(ctx: Arc<driver_set::Context>, mut leading: watch::Receiver<bool>,
     }
 }
 
-/// Runs until SIGINT or SIGTERM.
+/// Runs until SIGINT or SIGTERM (with `--issue-sidecar-certificates`, once).
 pub async fn run(cli: Cli) -> Result<(), OperatorError> {
-    let client = cluster_client::client(cli.kubeconfig.as_deref(), Some(API_IN_FLIGHT)).await?;
+    let client = cluster_client::client(
+        &cluster_client::user_agent("reference-driver-operator", env!("CARGO_PKG_VERSION")),
+        cli.kubeconfig.as_deref(),
+        Some(API_IN_FLIGHT),
+    )
+    .await?;
+    if cli.issue_sidecar_certificates {
+        return issue_sidecar_certificates(client, &cli.driver_namespace).await;
+    }
     let metrics = metrics::Metrics::new()?;
     let (stop_tx, stop) = watch::channel(false);
     let health = Router::new().route("/healthz", get(|| async { "ok\n" })).route("/readyz", get(|| async { "ok\n" }));

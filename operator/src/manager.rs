@@ -62,7 +62,12 @@ const API_IN_FLIGHT: usize = 16;
 /// The Kubernetes client (`--kubeconfig`, KUBECONFIG, in-cluster or ~/.kube/config), with
 /// requests in flight bounded.
 async fn api_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, ManagerError> {
-    Ok(cluster_client::client(kubeconfig, Some(API_IN_FLIGHT)).await?)
+    Ok(cluster_client::client(
+        &cluster_client::user_agent("csi-addons-manager", env!("CARGO_PKG_VERSION")),
+        kubeconfig,
+        Some(API_IN_FLIGHT),
+    )
+    .await?)
 }
 
 /// The settings at start: the flags with the ConfigMap over them; a bad value is a start-up

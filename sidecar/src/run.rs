@@ -120,7 +120,13 @@ pub async fn run(cli: SidecarCli) -> Result<(), SidecarError> {
     };
     let recorders = crate::condition::RecorderKind::parse_list(&cli.volume_condition_recorders)?;
     let metrics = Metrics::new()?;
-    let client = cluster_client::client(None, None).await.map_err(SidecarError::Kube)?;
+    let client = cluster_client::client(
+        &cluster_client::user_agent("csi-addons-sidecar", env!("CARGO_PKG_VERSION")),
+        None,
+        None,
+    )
+    .await
+    .map_err(SidecarError::Kube)?;
 
     let (stop_tx, stop) = watch::channel(false);
     let stop_tx = Arc::new(stop_tx);

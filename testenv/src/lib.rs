@@ -8,6 +8,7 @@
 
 mod certs;
 mod control_plane;
+pub mod fault_table;
 pub mod manager;
 pub mod poll;
 mod ports;

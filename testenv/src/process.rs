@@ -95,3 +95,33 @@ pub fn tail(path: &std::path::Path, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
+
+/// The reference driver's `method` calls in its log's text (one line each, naming `volume=<id>`),
+/// by volume id; colour codes are ignored.
+pub fn calls_per_volume(log: &str, method: &str) -> std::collections::BTreeMap<String, usize> {
+    let mut calls = std::collections::BTreeMap::new();
+    for line in log.lines().map(strip_ansi).filter(|l| l.contains(method)) {
+        if let Some(volume) = line.split_whitespace().find_map(|w| w.strip_prefix("volume=")) {
+            *calls.entry(volume.to_owned()).or_default() += 1;
+        }
+    }
+    calls
+}
+
+/// `line` without terminal colour codes (ESC '[' … 'm').
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

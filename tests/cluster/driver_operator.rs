@@ -105,10 +105,10 @@ pub async fn check_installed(client: &Client, manager_namespace: &str) -> String
 
 /// The CA on the CSIDriver verifies every sidecar's certificate for the driver's name, a CA of
 /// somebody else's does not, and the manager says it verifies this driver's sidecars with it.
-async fn check_verified_tls(client: &Client, pods: &[Pod], manager_namespace: &str) -> String {
+pub async fn check_verified_tls(client: &Client, pods: &[Pod], manager_namespace: &str) -> String {
     let csi_driver = Api::<CSIDriver>::all(client.clone()).get(DRIVER_NAME).await.unwrap();
     let ca = csi_driver.metadata.annotations.unwrap_or_default().remove(SIDECAR_CA_ANNOTATION);
-    let ca = ca.expect("the operator puts its sidecar CA on the CSIDriver");
+    let ca = ca.expect("the operator, or the hand install's certificates Job, puts the sidecars' CA on the CSIDriver");
     let foreign = foreign_ca();
     for pod in pods {
         let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).expect("a running Pod has an IP");

@@ -63,6 +63,10 @@ async fn the_plugin_is_registered_and_every_sidecar_connected_through_its_pod() 
         let endpoint = format!("pod://{}.{DRIVER_NAMESPACE}:9070", cluster::name(pod));
         assert!(connected.iter().any(|(_, e)| *e == endpoint), "{endpoint} in {connected:?}");
     }
+    // Verified TLS is the hand install's default too: its certificates Job issued the sidecars'
+    // certificate and put the CA on the CSIDriver.
+    let verified = crate::driver_operator::check_verified_tls(&client, &plugin_pods, cluster::MANAGER_NAMESPACE).await;
+    println!("the hand-installed driver: {verified}");
 }
 
 /// A PVC of the driver's StorageClass and a Pod writing 16 MiB to it and deleting them again, once

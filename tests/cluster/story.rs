@@ -17,7 +17,7 @@ use crate::driver_pods::{WORKLOADS, connected_nodes, csiaddons, volume_handle, w
 const REPLICATION: (&str, &str) = ("replication.storage.openshift.io", "v1alpha1");
 const NODE_CIDR: &str = "10.250.0.1/32";
 
-fn replication_api(client: &Client, kind: &str, namespace: Option<&str>) -> Api<DynamicObject> {
+pub fn replication_api(client: &Client, kind: &str, namespace: Option<&str>) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk(REPLICATION.0, REPLICATION.1, kind);
     let lower = kind.to_lowercase();
     let plural = if lower.ends_with("class") { format!("{lower}es") } else { format!("{lower}s") };

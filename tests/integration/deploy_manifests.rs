@@ -84,14 +84,14 @@ fn reference_driver_manifests_pin_this_releases_images() {
     let tag = format!("v{}", env!("CARGO_PKG_VERSION"));
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/reference-driver");
     let mut ours = 0;
-    for file in ["controller.yaml", "node.yaml"] {
+    for file in ["controller.yaml", "node.yaml", "certificates.yaml"] {
         let text = std::fs::read_to_string(dir.join(file)).unwrap();
         for image in text.lines().filter_map(|l| l.trim().strip_prefix("image: ghcr.io/csi-addons-rs/")) {
             assert!(image.ends_with(&format!(":{tag}")), "{file}: {image} is not tagged {tag}");
             ours += 1;
         }
     }
-    assert_eq!(ours, 5, "the driver (three containers) and its two sidecars");
+    assert_eq!(ours, 7, "the driver (three containers), its two sidecars, and the certificates Job and CronJob");
 }
 
 /// POSTs `object` with `dryRun=All&fieldValidation=Strict` (namespaced objects into `ns`).

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams};
+use testenv::fault_table::{self, FaultRow};
 use testenv::poll::MINUTE;
 
 use crate::driver_harness::Harness;
@@ -58,20 +59,6 @@ impl Fault {
             Fault::LeaderFailover => "leader failover (kill -9 leader)",
         }
     }
-}
-
-/// What one fault left behind.
-struct Result {
-    fault: Fault,
-    jobs: usize,
-    in_flight: usize,
-    succeeded: usize,
-    failed: Vec<(String, String)>,
-    stuck: usize,
-    /// Succeeded jobs whose volume the driver never saw.
-    lost: usize,
-    duplicates: usize,
-    recovery: f64,
 }
 
 /// One namespace with a driver, a sidecar and our manager(s), for one fault.
@@ -185,7 +172,7 @@ fn signal(signal: &str, pid: &str) {
     assert!(sent.success(), "kill {signal} {pid}");
 }
 
-async fn run(fault: Fault) -> Result {
+async fn run(fault: Fault) -> FaultRow {
     let jobs = batch();
     let mut scene = Scene::new(fault, jobs).await;
     // The fault that pauses the manager creates the second half itself, while it is paused.
@@ -218,8 +205,8 @@ async fn run(fault: Fault) -> Result {
             eprintln!("{}: manager log:\n{}", fault.label(), testenv::process::tail(&manager.log, 40));
         }
     }
-    Result {
-        fault,
+    FaultRow {
+        fault: fault.label(),
         jobs,
         in_flight,
         succeeded: outcome.succeeded,
@@ -228,6 +215,7 @@ async fn run(fault: Fault) -> Result {
         lost,
         duplicates,
         recovery,
+        extra: None,
     }
 }
 
@@ -258,35 +246,6 @@ async fn faults_lose_no_job_and_leave_none_running() {
         );
         results.push(result);
     }
-    println!(
-        "\n{:<34} {:>5} {:>9} {:>9} {:>6} {:>5} {:>4} {:>10} {:>10}",
-        "fault", "jobs", "in flight", "succeeded", "failed", "stuck", "lost", "duplicates", "recovery s"
-    );
-    for r in &results {
-        println!(
-            "{:<34} {:>5} {:>9} {:>9} {:>6} {:>5} {:>4} {:>10} {:>10.1}",
-            r.fault.label(),
-            r.jobs,
-            r.in_flight,
-            r.succeeded,
-            r.failed.len(),
-            r.stuck,
-            r.lost,
-            r.duplicates,
-            r.recovery
-        );
-    }
-    for r in &results {
-        for (job, message) in &r.failed {
-            println!("  {}: {job} Failed: {message}", r.fault.label());
-        }
-    }
-    for r in &results {
-        assert_eq!(r.stuck, 0, "{}: jobs left without a result", r.fault.label());
-        assert_eq!(r.lost, 0, "{}: jobs Succeeded without a driver call", r.fault.label());
-        assert_eq!(r.succeeded + r.failed.len(), r.jobs, "{}", r.fault.label());
-        for (job, message) in &r.failed {
-            assert!(!message.trim().is_empty(), "{}: {job} Failed without a message", r.fault.label());
-        }
-    }
+    fault_table::print(&results);
+    fault_table::assert_nothing_stuck_or_lost(&results);
 }

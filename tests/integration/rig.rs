@@ -474,32 +474,7 @@ pub fn requests_since(mark: u64, user: &str) -> Option<Requests> {
 
 /// The reference driver's `method` calls (one log line each), by volume id, from `log`.
 pub fn driver_calls(log: &Path, method: &str) -> BTreeMap<String, usize> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let mut calls = BTreeMap::new();
-    for line in text.lines().map(strip_ansi).filter(|l| l.contains(method)) {
-        if let Some(volume) = line.split_whitespace().find_map(|w| w.strip_prefix("volume=")) {
-            *calls.entry(volume.to_owned()).or_default() += 1;
-        }
-    }
-    calls
-}
-
-/// `line` without terminal colour codes (ESC '[' … 'm').
-fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    testenv::process::calls_per_volume(&std::fs::read_to_string(log).unwrap_or_default(), method)
 }
 
 /// Lines of `log` that contain `needle`.

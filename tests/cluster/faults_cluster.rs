@@ -1,0 +1,292 @@
+//! Faults a cluster really has (`make test-faults-cluster`, on a fresh one-node cluster with the
+//! release YAMLs and the hand-installed driver): each strikes while a batch of ReclaimSpaceJobs,
+//! one per volume, runs through the shipped manager, sidecars and reference driver, and while a
+//! VolumeReplication changes state. Afterwards every job must have ended Succeeded, or Failed with
+//! a message (none stuck), none may claim success without a call reaching the driver (none lost),
+//! the replication must reach its new state, and both sidecars must be Connected again. The same
+//! table as `make test-faults`; the seconds to recover are figures, not assertions.
+//!
+//! - the kubelet restarted (SIGTERM, then started again as a service manager would): the Pods keep
+//!   running, the kubelet takes them over again;
+//! - containerd restarted: the containers keep running under their shims.
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::core::DynamicObject;
+use serde_json::json;
+use testenv::fault_table::{self, FaultRow};
+use testenv::poll;
+
+use crate::cluster::{self, CONTROLLER_PLUGIN_SELECTOR, DRIVER_NAMESPACE, NODE_PLUGIN_SELECTOR};
+use crate::driver_pods::{connected_nodes, csiaddons};
+use crate::story::replication_api;
+
+const NAMESPACE: &str = "faults";
+/// The driver's volumes bound at once (the shipped StorageClass waits for a Pod).
+const CLASS: &str = "reference-csi-faults";
+
+/// What the batch's VolumeReplication does across the fault.
+const REPLICATED: &str = "Primary → Secondary";
+
+/// Jobs per batch (`FAULT_JOBS`).
+fn batch() -> usize {
+    std::env::var("FAULT_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(200)
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    RestartKubelet,
+    RestartContainerd,
+}
+
+impl Fault {
+    fn label(self) -> &'static str {
+        match self {
+            Fault::RestartKubelet => "kubelet restart",
+            Fault::RestartContainerd => "containerd restart",
+        }
+    }
+
+    /// The node's process, as `hack/cluster.sh restart` names it.
+    fn process(self) -> &'static str {
+        match self {
+            Fault::RestartKubelet => "kubelet",
+            Fault::RestartContainerd => "containerd",
+        }
+    }
+}
+
+/// `hack/cluster.sh restart NAME`, from inside the cluster's network namespace (where the tests run).
+fn restart(process: &str) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../hack/cluster.sh");
+    let status = std::process::Command::new(script).args(["restart", process]).status().unwrap();
+    assert!(status.success(), "hack/cluster.sh restart {process}");
+}
+
+/// An Immediate StorageClass of the driver, the namespace, and `count` bound claims `data-<i>`;
+/// their volume handles.
+async fn volumes(client: &Client, count: usize) -> Vec<String> {
+    let class: StorageClass = serde_json::from_value(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": CLASS},
+        "provisioner": "reference.csi-addons-rs.io", "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate"
+    }))
+    .unwrap();
+    let apply = PatchParams::apply("faults-test").force();
+    Api::<StorageClass>::all(client.clone()).patch(CLASS, &apply, &Patch::Apply(&class)).await.unwrap();
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).unwrap();
+    Api::<Namespace>::all(client.clone()).patch(NAMESPACE, &apply, &Patch::Apply(&namespace)).await.unwrap();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NAMESPACE);
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let claims = claims.clone();
+            async move {
+                let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+                    "metadata": {"name": format!("data-{i}")},
+                    "spec": {"storageClassName": CLASS, "accessModes": ["ReadWriteOnce"],
+                             "resources": {"requests": {"storage": "16Mi"}}}
+                }))
+                .unwrap();
+                claims.create(&PostParams::default(), &claim).await.unwrap();
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+    let bound = poll::until(10 * poll::MINUTE, async || {
+        let list = claims.list(&ListParams::default()).await.ok()?.items;
+        let bound: BTreeMap<String, String> = list
+            .into_iter()
+            .filter_map(|c| Some((c.metadata.name?, c.spec?.volume_name.filter(|v| !v.is_empty())?)))
+            .collect();
+        (bound.len() == count).then_some(bound)
+    })
+    .await
+    .unwrap_or_else(|| panic!("the driver provisions {count} volumes"));
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let mut handles = Vec::with_capacity(count);
+    for i in 0..count {
+        let pv = pvs.get(&bound[&format!("data-{i}")]).await.unwrap();
+        handles.push(pv.spec.and_then(|s| s.csi).map(|c| c.volume_handle).unwrap_or_default());
+    }
+    handles
+}
+
+/// The namespace goes, and with it the claims; the driver deletes their volumes (their PVs go), and
+/// the StorageClass goes last.
+async fn remove_volumes(client: &Client) {
+    let _ = Api::<Namespace>::all(client.clone()).delete(NAMESPACE, &DeleteParams::default()).await;
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let gone = poll::until(10 * poll::MINUTE, async || {
+        let list = pvs.list(&ListParams::default()).await.ok()?.items;
+        let left =
+            list.iter().filter(|pv| pv.spec.as_ref().and_then(|s| s.storage_class_name.as_deref()) == Some(CLASS));
+        (left.count() == 0).then_some(())
+    })
+    .await;
+    assert!(gone.is_some(), "the driver deletes the batch's volumes once their claims are gone");
+    Api::<StorageClass>::all(client.clone()).delete(CLASS, &DeleteParams::default()).await.unwrap();
+}
+
+/// How often the driver has been asked to reclaim each volume, from the controller plugin's log.
+async fn driver_calls(client: &Client) -> BTreeMap<String, usize> {
+    let pods = cluster::running_pods(client, DRIVER_NAMESPACE, CONTROLLER_PLUGIN_SELECTOR).await;
+    let mut calls = BTreeMap::new();
+    for pod in pods {
+        let log = cluster::logs(client, DRIVER_NAMESPACE, &cluster::name(&pod), "driver").await;
+        for (volume, count) in testenv::process::calls_per_volume(&log, "ControllerReclaimSpace") {
+            *calls.entry(volume).or_default() += count;
+        }
+    }
+    calls
+}
+
+/// Every job of the batch `prefix`: (succeeded, failed with messages, unfinished names).
+async fn results(jobs: &Api<DynamicObject>, prefix: &str) -> (Vec<String>, Vec<(String, String)>, Vec<String>) {
+    let list = jobs.list(&ListParams::default().labels(&format!("batch={prefix}"))).await.map(|l| l.items);
+    let (mut succeeded, mut failed, mut unfinished) = (Vec::new(), Vec::new(), Vec::new());
+    for job in list.unwrap_or_default() {
+        let name = job.metadata.name.clone().unwrap_or_default();
+        match job.data.pointer("/status/result").and_then(|r| r.as_str()) {
+            Some("Succeeded") => succeeded.push(name),
+            Some("Failed") => {
+                let message = job.data.pointer("/status/message").and_then(|m| m.as_str()).unwrap_or_default();
+                failed.push((name, message.to_owned()));
+            }
+            _ => unfinished.push(name),
+        }
+    }
+    (succeeded, failed, unfinished)
+}
+
+async fn restarts(client: &Client) -> i32 {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let list = pods.list(&ListParams::default()).await.unwrap().items;
+    list.iter()
+        .filter(|p| p.metadata.namespace.as_deref() != Some(NAMESPACE))
+        .flat_map(|p| p.status.iter().flat_map(|s| s.container_statuses.iter().flatten()))
+        .map(|c| c.restart_count)
+        .sum()
+}
+
+async fn run(client: &Client, fault: Fault, handles: &[String]) -> FaultRow {
+    let prefix = fault.process();
+    let jobs = csiaddons(client, "ReclaimSpaceJob", NAMESPACE);
+    let replications = replication_api(client, "VolumeReplication", Some(NAMESPACE));
+    let replication: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "replication.storage.openshift.io/v1alpha1", "kind": "VolumeReplication",
+        "metadata": {"name": prefix},
+        "spec": {"volumeReplicationClass": "reference-csi-replication", "replicationState": "primary",
+                 "autoResync": false, "dataSource": {"apiGroup": "", "kind": "PersistentVolumeClaim", "name": "data-0"}}
+    }))
+    .unwrap();
+    replications.create(&PostParams::default(), &replication).await.unwrap();
+    let state = async |wanted: &str| {
+        poll::until(3 * poll::MINUTE, async || {
+            let object = replications.get(prefix).await.ok()?;
+            (object.data.pointer("/status/state")?.as_str()? == wanted).then_some(())
+        })
+        .await
+        .is_some()
+    };
+    assert!(state("Primary").await, "{}: the replication starts as Primary", fault.label());
+    let before = driver_calls(client).await;
+    let restarts_before = restarts(client).await;
+    futures::stream::iter(0..handles.len())
+        .map(|i| {
+            let jobs = jobs.clone();
+            async move {
+                let job: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "csiaddons.openshift.io/v1alpha1", "kind": "ReclaimSpaceJob",
+                    "metadata": {"name": format!("{prefix}-{i}"), "labels": {"batch": prefix}},
+                    "spec": {"target": {"persistentVolumeClaim": format!("data-{i}")}}
+                }))
+                .unwrap();
+                jobs.create(&PostParams::default(), &job).await.unwrap();
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+    // Mid-batch: once the first job has a result.
+    let first =
+        poll::until(2 * poll::MINUTE, async || (!results(&jobs, prefix).await.0.is_empty()).then_some(())).await;
+    assert!(first.is_some(), "{}: a job of the batch ends before the fault", fault.label());
+    let patch = json!({"spec": {"replicationState": "secondary"}});
+    replications.patch(prefix, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let in_flight = results(&jobs, prefix).await.2.len();
+    let struck = Instant::now();
+    restart(fault.process());
+    let ended = poll::until(10 * poll::MINUTE, async || {
+        let (_, _, unfinished) = results(&jobs, prefix).await;
+        unfinished.is_empty().then_some(())
+    })
+    .await;
+    let recovery = struck.elapsed().as_secs_f64();
+    let secondary = state("Secondary").await;
+    let connected =
+        poll::until(3 * poll::MINUTE, async || (connected_nodes(client).await.len() == 2).then_some(())).await;
+    assert!(connected.is_some(), "{}: both sidecars are Connected again", fault.label());
+    let plugins = cluster::running_pods(client, DRIVER_NAMESPACE, NODE_PLUGIN_SELECTOR).await;
+    assert_eq!(plugins.len(), 1, "{}: the node plugin runs", fault.label());
+    let (succeeded, failed, unfinished) = results(&jobs, prefix).await;
+    let after = driver_calls(client).await;
+    // Calls made during this batch (the log is the container's since it started; it did not restart).
+    let calls = |handle: &String| {
+        after.get(handle).copied().unwrap_or(0).saturating_sub(before.get(handle).copied().unwrap_or(0))
+    };
+    let lost = succeeded
+        .iter()
+        .filter_map(|name| name.rsplit('-').next()?.parse::<usize>().ok())
+        .filter(|&i| calls(&handles[i]) == 0)
+        .count();
+    let duplicates = handles.iter().map(|h| calls(h).saturating_sub(1)).sum();
+    let restarted = restarts(client).await - restarts_before;
+    let replication = if secondary { REPLICATED } else { "not Secondary" }.to_owned();
+    if ended.is_none() {
+        eprintln!(
+            "{}: {} jobs unfinished: {:?}",
+            fault.label(),
+            unfinished.len(),
+            &unfinished[..unfinished.len().min(5)]
+        );
+    }
+    println!("{}: {restarted} container restarts in the cluster's Pods", fault.label());
+    replications.delete(prefix, &DeleteParams::default()).await.unwrap();
+    FaultRow {
+        fault: fault.label(),
+        jobs: handles.len(),
+        in_flight,
+        succeeded: succeeded.len(),
+        failed,
+        stuck: unfinished.len(),
+        lost,
+        duplicates,
+        recovery,
+        extra: Some(("replication", replication)),
+    }
+}
+
+#[tokio::test]
+#[ignore = "restarts the one-node cluster's kubelet and containerd: make test-faults-cluster"]
+async fn faults_cluster_lose_no_job_and_leave_none_running() {
+    let client = cluster::client().await;
+    let made = Instant::now();
+    let handles = volumes(&client, batch()).await;
+    println!("{} volumes provisioned and bound in {:.1} s", handles.len(), made.elapsed().as_secs_f64());
+    let mut outcomes = Vec::new();
+    for fault in [Fault::RestartKubelet, Fault::RestartContainerd] {
+        outcomes.push(run(&client, fault, &handles).await);
+    }
+    fault_table::print(&outcomes);
+    remove_volumes(&client).await;
+    fault_table::assert_nothing_stuck_or_lost(&outcomes);
+    for o in &outcomes {
+        let replication = o.extra.as_ref().map(|(_, state)| state.as_str());
+        assert_eq!(replication, Some(REPLICATED), "{}: the replication reaches Secondary", o.fault);
+    }
+}
