@@ -27,6 +27,10 @@ case "$what" in
     kubectl -n csi-addons-system rollout status deployment/csi-addons-controller-manager --timeout=180s >&2
     ;;
   driver)
+    # A certificates Job of an earlier install, finished less than its ten minutes ago, would not
+    # run again, while the Secrets it made may be gone (removing a ReferenceCSIDriver deletes them):
+    # the sidecars would wait for them for ever. Deleted first, the Job runs again.
+    kubectl -n csi-addons-reference delete job reference-driver-certificates --ignore-not-found >/dev/null
     "$(KUSTOMIZE_QUIET=1 "$here/kustomize.sh")" build "$root/deploy/reference-driver" | kubectl apply --server-side -f - >/dev/null
     kubectl -n csi-addons-reference rollout status daemonset/reference-driver-node --timeout=180s >&2
     kubectl -n csi-addons-reference rollout status statefulset/reference-driver-controller --timeout=180s >&2

@@ -9,6 +9,8 @@
 mod certs;
 mod control_plane;
 pub mod fault_table;
+pub mod hostile;
+pub mod kinds;
 pub mod manager;
 pub mod poll;
 mod ports;

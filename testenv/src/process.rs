@@ -96,6 +96,29 @@ pub fn tail(path: &std::path::Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
+/// Sends `signal` (as `kill` names it: `-STOP`, `-CONT`, `-9`) to process `pid`.
+pub fn signal(signal: &str, pid: u32) {
+    let sent = Command::new("kill").args([signal, &pid.to_string()]).status();
+    assert!(sent.is_ok_and(|s| s.success()), "kill {signal} {pid}");
+}
+
+/// The processes of this machine, in any container, whose arguments satisfy `matches`, by PID.
+/// Processes that end while they are read are skipped.
+pub fn pids_where(matches: impl Fn(&[String]) -> bool) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut pids = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let args: Vec<String> =
+            raw.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        if matches(&args) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
 /// The reference driver's `method` calls in its log's text (one line each, naming `volume=<id>`),
 /// by volume id; colour codes are ignored.
 pub fn calls_per_volume(log: &str, method: &str) -> std::collections::BTreeMap<String, usize> {

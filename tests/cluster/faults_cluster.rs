@@ -8,9 +8,13 @@
 //!
 //! - the kubelet restarted (SIGTERM, then started again as a service manager would): the Pods keep
 //!   running, the kubelet takes them over again;
-//! - containerd restarted: the containers keep running under their shims.
+//! - containerd restarted: the containers keep running under their shims;
+//! - the controller plugin's driver hung (SIGSTOP) for longer than a call may take: the calls to it
+//!   end at the jobs' `spec.timeout`, a job past its `retryDeadlineSeconds` ends Failed with the
+//!   timeout's message, and once the driver answers again the rest, and the replication, go on
+//!   through the same sidecar.
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
@@ -21,6 +25,7 @@ use kube::core::DynamicObject;
 use serde_json::json;
 use testenv::fault_table::{self, FaultRow};
 use testenv::poll;
+use testenv::process::{pids_where, signal};
 
 use crate::cluster::{self, CONTROLLER_PLUGIN_SELECTOR, DRIVER_NAMESPACE, NODE_PLUGIN_SELECTOR};
 use crate::driver_pods::{connected_nodes, csiaddons};
@@ -38,10 +43,14 @@ fn batch() -> usize {
     std::env::var("FAULT_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(200)
 }
 
+/// How long the hung driver stays stopped: longer than one call may take (the jobs' `spec.timeout`).
+const HANG: Duration = Duration::from_secs(75);
+
 #[derive(Clone, Copy, Debug)]
 enum Fault {
     RestartKubelet,
     RestartContainerd,
+    HangDriver,
 }
 
 impl Fault {
@@ -49,14 +58,37 @@ impl Fault {
         match self {
             Fault::RestartKubelet => "kubelet restart",
             Fault::RestartContainerd => "containerd restart",
+            Fault::HangDriver => "driver hung 75 s (SIGSTOP)",
         }
     }
 
-    /// The node's process, as `hack/cluster.sh restart` names it.
-    fn process(self) -> &'static str {
+    /// The batch's label, and the name of its VolumeReplication.
+    fn batch(self) -> &'static str {
         match self {
             Fault::RestartKubelet => "kubelet",
             Fault::RestartContainerd => "containerd",
+            Fault::HangDriver => "hung",
+        }
+    }
+
+    /// The batch's jobs' settings beyond their target. For the hung driver: each call may take the
+    /// shortest timeout the CRD allows, and a job whose first call times out is past its deadline.
+    fn job_settings(self) -> serde_json::Value {
+        match self {
+            Fault::RestartKubelet | Fault::RestartContainerd => json!({}),
+            Fault::HangDriver => json!({"timeout": 60, "retryDeadlineSeconds": 30}),
+        }
+    }
+
+    fn strike(self) {
+        match self {
+            Fault::RestartKubelet => restart("kubelet"),
+            Fault::RestartContainerd => restart("containerd"),
+            Fault::HangDriver => {
+                let hung = Stopped::controller_driver();
+                std::thread::sleep(HANG);
+                drop(hung);
+            }
         }
     }
 }
@@ -66,6 +98,28 @@ fn restart(process: &str) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../hack/cluster.sh");
     let status = std::process::Command::new(script).args(["restart", process]).status().unwrap();
     assert!(status.success(), "hack/cluster.sh restart {process}");
+}
+
+/// The controller plugin's driver process, stopped until this is dropped (a failing test too
+/// leaves it running again).
+struct Stopped(u32);
+
+impl Stopped {
+    fn controller_driver() -> Self {
+        let pids = pids_where(|args| {
+            args.first().is_some_and(|a| a.ends_with("reference-driver"))
+                && args.iter().any(|a| a == "--mode=controller")
+        });
+        let [pid] = pids[..] else { panic!("one controller-mode reference-driver runs on the node, found {pids:?}") };
+        signal("-STOP", pid);
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        signal("-CONT", self.0);
+    }
 }
 
 /// An Immediate StorageClass of the driver, the namespace, and `count` bound claims `data-<i>`;
@@ -174,7 +228,7 @@ async fn restarts(client: &Client) -> i32 {
 }
 
 async fn run(client: &Client, fault: Fault, handles: &[String]) -> FaultRow {
-    let prefix = fault.process();
+    let prefix = fault.batch();
     let jobs = csiaddons(client, "ReclaimSpaceJob", NAMESPACE);
     let replications = replication_api(client, "VolumeReplication", Some(NAMESPACE));
     let replication: DynamicObject = serde_json::from_value(json!({
@@ -200,10 +254,12 @@ async fn run(client: &Client, fault: Fault, handles: &[String]) -> FaultRow {
         .map(|i| {
             let jobs = jobs.clone();
             async move {
+                let mut spec = fault.job_settings();
+                spec["target"] = json!({"persistentVolumeClaim": format!("data-{i}")});
                 let job: DynamicObject = serde_json::from_value(json!({
                     "apiVersion": "csiaddons.openshift.io/v1alpha1", "kind": "ReclaimSpaceJob",
                     "metadata": {"name": format!("{prefix}-{i}"), "labels": {"batch": prefix}},
-                    "spec": {"target": {"persistentVolumeClaim": format!("data-{i}")}}
+                    "spec": spec
                 }))
                 .unwrap();
                 jobs.create(&PostParams::default(), &job).await.unwrap();
@@ -220,7 +276,7 @@ async fn run(client: &Client, fault: Fault, handles: &[String]) -> FaultRow {
     replications.patch(prefix, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     let in_flight = results(&jobs, prefix).await.2.len();
     let struck = Instant::now();
-    restart(fault.process());
+    tokio::task::spawn_blocking(move || fault.strike()).await.unwrap();
     let ended = poll::until(10 * poll::MINUTE, async || {
         let (_, _, unfinished) = results(&jobs, prefix).await;
         unfinished.is_empty().then_some(())
@@ -272,14 +328,14 @@ async fn run(client: &Client, fault: Fault, handles: &[String]) -> FaultRow {
 }
 
 #[tokio::test]
-#[ignore = "restarts the one-node cluster's kubelet and containerd: make test-faults-cluster"]
+#[ignore = "restarts the one-node cluster's kubelet and containerd, stops its driver: make test-faults-cluster"]
 async fn faults_cluster_lose_no_job_and_leave_none_running() {
     let client = cluster::client().await;
     let made = Instant::now();
     let handles = volumes(&client, batch()).await;
     println!("{} volumes provisioned and bound in {:.1} s", handles.len(), made.elapsed().as_secs_f64());
     let mut outcomes = Vec::new();
-    for fault in [Fault::RestartKubelet, Fault::RestartContainerd] {
+    for fault in [Fault::RestartKubelet, Fault::RestartContainerd, Fault::HangDriver] {
         outcomes.push(run(&client, fault, &handles).await);
     }
     fault_table::print(&outcomes);

@@ -9,6 +9,7 @@ mod driver_pods;
 mod failover;
 mod faults_cluster;
 mod helm;
+mod hostile;
 mod manager_pods;
 mod olm;
 mod olm_driver;

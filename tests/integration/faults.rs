@@ -15,6 +15,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams};
 use testenv::fault_table::{self, FaultRow};
 use testenv::poll::MINUTE;
+use testenv::process::signal;
 
 use crate::driver_harness::Harness;
 use crate::manager_harness::ManagerIdentity;
@@ -148,12 +149,12 @@ impl Scene {
             Fault::KillDriver => self.driver.driver.kill_and_restart(),
             Fault::RestartApiServer => testenv::shared().kill_and_restart_apiserver().await.unwrap(),
             Fault::RestartApiServerWhilePaused => {
-                let manager = self.managers[0].pid().to_string();
-                signal("-STOP", &manager);
+                let manager = self.managers[0].pid();
+                signal("-STOP", manager);
                 testenv::shared().kill_and_restart_apiserver().await.unwrap();
                 let jobs = self.volumes.len();
                 rig::create_jobs(&self.client, &self.namespace, "fault", jobs / 2..jobs).await;
-                signal("-CONT", &manager);
+                signal("-CONT", manager);
             }
             Fault::LeaderFailover => {
                 let before = self.leader().await;
@@ -165,11 +166,6 @@ impl Scene {
             }
         }
     }
-}
-
-fn signal(signal: &str, pid: &str) {
-    let sent = std::process::Command::new("kill").args([signal, pid]).status().unwrap();
-    assert!(sent.success(), "kill {signal} {pid}");
 }
 
 async fn run(fault: Fault) -> FaultRow {

@@ -1,0 +1,49 @@
+//! The hostile custom resources of `make test` (testenv's cases) in the one-node cluster, where the
+//! shipped manager Pods meet them with their own ServiceAccount: each is rejected at admission with
+//! a message, or ends Failed with one; meanwhile a manager Pod stays Ready and none restarts.
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::json;
+
+use crate::cluster::{self, MANAGER_NAMESPACE, MANAGER_SELECTOR};
+
+const NAMESPACE: &str = "hostile";
+
+/// The manager Pods' container restarts, summed.
+fn restarts(pods: &[Pod]) -> i32 {
+    pods.iter()
+        .flat_map(|p| p.status.iter().flat_map(|s| s.container_statuses.iter().flatten()))
+        .map(|c| c.restart_count)
+        .sum()
+}
+
+async fn manager_pods(client: &Client) -> Vec<Pod> {
+    cluster::running_pods(client, MANAGER_NAMESPACE, MANAGER_SELECTOR).await
+}
+
+#[tokio::test]
+#[ignore = "needs the one-node cluster: make test-cluster"]
+async fn hostile_crs_in_the_cluster_are_rejected_or_fail_and_the_manager_pods_stay_up() {
+    let client = cluster::client().await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).unwrap();
+    namespaces.patch(NAMESPACE, &PatchParams::apply("hostile-test"), &Patch::Apply(&namespace)).await.unwrap();
+    let before = restarts(&manager_pods(&client).await);
+    let outcome = testenv::hostile::create_all(&client, NAMESPACE, async || {
+        let pods = manager_pods(&client).await;
+        if restarts(&pods) != before {
+            return Err(format!("a manager container restarted ({before} restarts before, {} now)", restarts(&pods)));
+        }
+        if !pods.iter().any(cluster::ready) {
+            return Err("no manager Pod is Ready".into());
+        }
+        Ok(())
+    })
+    .await;
+    for line in &outcome.report {
+        println!("{line}");
+    }
+    testenv::hostile::delete_all(&client, NAMESPACE, &outcome).await;
+    namespaces.delete(NAMESPACE, &DeleteParams::default()).await.unwrap();
+}
