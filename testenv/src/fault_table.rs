@@ -23,7 +23,7 @@ pub struct FaultRow {
     pub extra: Option<(&'static str, String)>,
 }
 
-/// Prints the table, then each Failed job's message.
+/// Prints the table, then each distinct message of Failed jobs with the jobs that ended with it.
 pub fn print(rows: &[FaultRow]) {
     let extra = rows.iter().find_map(|r| r.extra.as_ref().map(|(heading, _)| *heading)).unwrap_or_default();
     println!(
@@ -46,10 +46,23 @@ pub fn print(rows: &[FaultRow]) {
         );
     }
     for r in rows {
-        for (job, message) in &r.failed {
-            println!("  {}: {job} Failed: {message}", r.fault);
+        for (message, jobs) in by_message(&r.failed) {
+            let more = if jobs.len() > 3 { format!(" and {} more", jobs.len() - 3) } else { String::new() };
+            println!("  {}: {}{more} Failed: {message}", r.fault, jobs[..jobs.len().min(3)].join(", "));
         }
     }
+}
+
+/// The Failed jobs' names under each distinct message, in the order the messages first appear.
+fn by_message(failed: &[(String, String)]) -> Vec<(&str, Vec<&str>)> {
+    let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (job, message) in failed {
+        match groups.iter_mut().find(|(m, _)| m == message) {
+            Some((_, jobs)) => jobs.push(job),
+            None => groups.push((message, vec![job])),
+        }
+    }
+    groups
 }
 
 /// Every row: no job stuck, none lost, each ended, and each Failed one says why.
@@ -61,5 +74,19 @@ pub fn assert_nothing_stuck_or_lost(rows: &[FaultRow]) {
         for (job, message) in &r.failed {
             assert!(!message.trim().is_empty(), "{}: {job} Failed without a message", r.fault);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::by_message;
+
+    #[test]
+    fn failed_jobs_are_grouped_under_their_message_in_first_seen_order() {
+        let failed: Vec<(String, String)> = [("a", "timeout"), ("b", "gone"), ("c", "timeout")]
+            .iter()
+            .map(|(j, m)| (j.to_string(), m.to_string()))
+            .collect();
+        assert_eq!(by_message(&failed), vec![("timeout", vec!["a", "c"]), ("gone", vec!["b"])]);
     }
 }

@@ -54,21 +54,30 @@ pub async fn logs(client: &Client, namespace: &str, pod: &str, container: &str) 
 }
 
 /// Waits for a manager Pod in `namespace` to become Ready through the kubelet's probes and to hold
-/// the Lease; its name.
+/// the Lease (of two replicas, the other stands by); its name.
 pub async fn ready_leading_manager(client: &Client, namespace: &str) -> String {
-    let manager = poll::until(POD_START, async || {
-        running_pods(client, namespace, MANAGER_SELECTOR).await.into_iter().find(ready)
-    })
-    .await
-    .unwrap_or_else(|| panic!("a manager Pod in {namespace} becomes Ready through its probes"));
-    let manager = name(&manager);
+    let leader = poll::until(POD_START, async || leading_manager(client, namespace).await.filter(ready)).await;
+    let leader = leader.unwrap_or_else(|| {
+        panic!("a manager Pod in {namespace} becomes Ready through its probes and holds the Lease {MANAGER_LEASE}")
+    });
+    name(&leader)
+}
+
+/// The running manager Pod that holds the Lease in `namespace`, if one does.
+pub async fn leading_manager(client: &Client, namespace: &str) -> Option<Pod> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
-    let holder = poll::until(poll::MINUTE, async || {
-        leases.get_opt(MANAGER_LEASE).await.ok().flatten()?.spec?.holder_identity.filter(|h| h.starts_with(&manager))
-    })
-    .await;
-    assert!(holder.is_some(), "the Lease {MANAGER_LEASE} in {namespace} is held by the manager's Pod {manager}");
-    manager
+    let holder = leases.get_opt(MANAGER_LEASE).await.ok().flatten()?.spec?.holder_identity?;
+    let pods = running_pods(client, namespace, MANAGER_SELECTOR).await;
+    // The holder identity is the Pod name, "_" and a random part.
+    pods.into_iter().find(|pod| holder.starts_with(&format!("{}_", name(pod))))
+}
+
+/// The restarts of the containers of `pods`, summed.
+pub fn container_restarts(pods: &[Pod]) -> i32 {
+    pods.iter()
+        .flat_map(|p| p.status.iter().flat_map(|s| s.container_statuses.iter().flatten()))
+        .map(|c| c.restart_count)
+        .sum()
 }
 
 pub fn name(pod: &Pod) -> String {

@@ -59,8 +59,8 @@ pub async fn batch_of_jobs_all_end(client: &Client, claim: &str, batch: &str, mi
 async fn deleting_the_manager_pod_mid_batch_loses_no_job() {
     let client = cluster::client().await;
     workload(&client, "batch").await;
-    let managers = cluster::running_pods(&client, MANAGER_NAMESPACE, MANAGER_SELECTOR).await;
-    let first = cluster::name(&managers[0]);
+    // The leader: the standby then takes over, and the Deployment replaces the deleted Pod.
+    let first = cluster::ready_leading_manager(&client, MANAGER_NAMESPACE).await;
     batch_of_jobs_all_end(&client, "batch", "failover", async || {
         let pods: Api<Pod> = Api::namespaced(client.clone(), MANAGER_NAMESPACE);
         pods.delete(&first, &DeleteParams::default()).await.unwrap();

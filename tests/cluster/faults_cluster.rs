@@ -12,7 +12,11 @@
 //! - the controller plugin's driver hung (SIGSTOP) for longer than a call may take: the calls to it
 //!   end at the jobs' `spec.timeout`, a job past its `retryDeadlineSeconds` ends Failed with the
 //!   timeout's message, and once the driver answers again the rest, and the replication, go on
-//!   through the same sidecar.
+//!   through the same sidecar;
+//! - the leading manager evicted through the Eviction API, as a drain does: the PodDisruptionBudget
+//!   allows it (and refuses the standby's eviction meanwhile), the standby takes the Lease over and
+//!   carries the batch on;
+//! - the node plugin's Pod evicted: its DaemonSet brings it back and its sidecar registers again.
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -29,6 +33,7 @@ use testenv::process::{pids_where, signal};
 
 use crate::cluster::{self, CONTROLLER_PLUGIN_SELECTOR, DRIVER_NAMESPACE, NODE_PLUGIN_SELECTOR};
 use crate::driver_pods::{connected_nodes, csiaddons};
+use crate::evictions;
 use crate::story::replication_api;
 
 const NAMESPACE: &str = "faults";
@@ -51,6 +56,8 @@ enum Fault {
     RestartKubelet,
     RestartContainerd,
     HangDriver,
+    EvictManager,
+    EvictNodePlugin,
 }
 
 impl Fault {
@@ -59,6 +66,8 @@ impl Fault {
             Fault::RestartKubelet => "kubelet restart",
             Fault::RestartContainerd => "containerd restart",
             Fault::HangDriver => "driver hung 75 s (SIGSTOP)",
+            Fault::EvictManager => "leading manager evicted",
+            Fault::EvictNodePlugin => "node plugin evicted",
         }
     }
 
@@ -68,6 +77,8 @@ impl Fault {
             Fault::RestartKubelet => "kubelet",
             Fault::RestartContainerd => "containerd",
             Fault::HangDriver => "hung",
+            Fault::EvictManager => "evict-manager",
+            Fault::EvictNodePlugin => "evict-node",
         }
     }
 
@@ -75,20 +86,26 @@ impl Fault {
     /// shortest timeout the CRD allows, and a job whose first call times out is past its deadline.
     fn job_settings(self) -> serde_json::Value {
         match self {
-            Fault::RestartKubelet | Fault::RestartContainerd => json!({}),
             Fault::HangDriver => json!({"timeout": 60, "retryDeadlineSeconds": 30}),
+            _ => json!({}),
         }
     }
 
-    fn strike(self) {
+    async fn strike(self, client: &Client) {
+        let blocking = |strike: fn()| async move { tokio::task::spawn_blocking(strike).await.unwrap() };
         match self {
-            Fault::RestartKubelet => restart("kubelet"),
-            Fault::RestartContainerd => restart("containerd"),
+            Fault::RestartKubelet => blocking(|| restart("kubelet")).await,
+            Fault::RestartContainerd => blocking(|| restart("containerd")).await,
             Fault::HangDriver => {
-                let hung = Stopped::controller_driver();
-                std::thread::sleep(HANG);
-                drop(hung);
+                blocking(|| {
+                    let hung = Stopped::controller_driver();
+                    std::thread::sleep(HANG);
+                    drop(hung);
+                })
+                .await
             }
+            Fault::EvictManager => evictions::evict_leading_manager(client).await,
+            Fault::EvictNodePlugin => evictions::evict_node_plugin(client).await,
         }
     }
 }
@@ -217,14 +234,12 @@ async fn results(jobs: &Api<DynamicObject>, prefix: &str) -> (Vec<String>, Vec<(
     (succeeded, failed, unfinished)
 }
 
+/// Container restarts in the cluster's Pods, but the batch's workloads.
 async fn restarts(client: &Client) -> i32 {
     let pods: Api<Pod> = Api::all(client.clone());
     let list = pods.list(&ListParams::default()).await.unwrap().items;
-    list.iter()
-        .filter(|p| p.metadata.namespace.as_deref() != Some(NAMESPACE))
-        .flat_map(|p| p.status.iter().flat_map(|s| s.container_statuses.iter().flatten()))
-        .map(|c| c.restart_count)
-        .sum()
+    let product: Vec<Pod> = list.into_iter().filter(|p| p.metadata.namespace.as_deref() != Some(NAMESPACE)).collect();
+    cluster::container_restarts(&product)
 }
 
 async fn run(client: &Client, fault: Fault, handles: &[String]) -> FaultRow {
@@ -276,7 +291,7 @@ async fn run(client: &Client, fault: Fault, handles: &[String]) -> FaultRow {
     replications.patch(prefix, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     let in_flight = results(&jobs, prefix).await.2.len();
     let struck = Instant::now();
-    tokio::task::spawn_blocking(move || fault.strike()).await.unwrap();
+    fault.strike(client).await;
     let ended = poll::until(10 * poll::MINUTE, async || {
         let (_, _, unfinished) = results(&jobs, prefix).await;
         unfinished.is_empty().then_some(())
@@ -328,14 +343,21 @@ async fn run(client: &Client, fault: Fault, handles: &[String]) -> FaultRow {
 }
 
 #[tokio::test]
-#[ignore = "restarts the one-node cluster's kubelet and containerd, stops its driver: make test-faults-cluster"]
+#[ignore = "restarts the one-node cluster's kubelet and containerd, stops its driver, evicts Pods: make test-faults-cluster"]
 async fn faults_cluster_lose_no_job_and_leave_none_running() {
     let client = cluster::client().await;
     let made = Instant::now();
     let handles = volumes(&client, batch()).await;
     println!("{} volumes provisioned and bound in {:.1} s", handles.len(), made.elapsed().as_secs_f64());
     let mut outcomes = Vec::new();
-    for fault in [Fault::RestartKubelet, Fault::RestartContainerd, Fault::HangDriver] {
+    let faults = [
+        Fault::RestartKubelet,
+        Fault::RestartContainerd,
+        Fault::HangDriver,
+        Fault::EvictManager,
+        Fault::EvictNodePlugin,
+    ];
+    for fault in faults {
         outcomes.push(run(&client, fault, &handles).await);
     }
     fault_table::print(&outcomes);

@@ -1,7 +1,7 @@
 //! The Helm chart installs the same manager into a fresh namespace with the same result: Ready,
 //! holding its Lease, metrics through its Service to a token bound to its metrics-reader role only.
 //! The release-YAML manager is scaled to none meanwhile (two managers would both act on every
-//! custom resource), and back afterwards.
+//! custom resource), and back to its two afterwards.
 use std::process::Command;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -17,6 +17,8 @@ use crate::manager_pods::{SCRAPERS, pod_token, scrape};
 
 const RELEASE_NAMESPACE: &str = "csi-addons-helm";
 const PREFIX: &str = "helm-csi-addons-";
+/// The manager's replicas in deploy/controller/setup-controller.yaml: one leads, one stands by.
+const RELEASE_YAML_REPLICAS: i32 = 2;
 
 async fn scale_release_yaml_manager(client: &Client, replicas: i32) {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), MANAGER_NAMESPACE);
@@ -82,5 +84,5 @@ async fn the_helm_chart_installs_a_manager_that_is_ready_leads_and_guards_its_me
 
     let _ = bindings.delete("test-helm-metrics-reader", &DeleteParams::default()).await;
     helm(&["uninstall", "csi-addons", "--namespace", RELEASE_NAMESPACE, "--wait"]);
-    scale_release_yaml_manager(&client, 1).await;
+    scale_release_yaml_manager(&client, RELEASE_YAML_REPLICAS).await;
 }

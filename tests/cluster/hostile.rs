@@ -10,14 +10,6 @@ use crate::cluster::{self, MANAGER_NAMESPACE, MANAGER_SELECTOR};
 
 const NAMESPACE: &str = "hostile";
 
-/// The manager Pods' container restarts, summed.
-fn restarts(pods: &[Pod]) -> i32 {
-    pods.iter()
-        .flat_map(|p| p.status.iter().flat_map(|s| s.container_statuses.iter().flatten()))
-        .map(|c| c.restart_count)
-        .sum()
-}
-
 async fn manager_pods(client: &Client) -> Vec<Pod> {
     cluster::running_pods(client, MANAGER_NAMESPACE, MANAGER_SELECTOR).await
 }
@@ -29,11 +21,14 @@ async fn hostile_crs_in_the_cluster_are_rejected_or_fail_and_the_manager_pods_st
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).unwrap();
     namespaces.patch(NAMESPACE, &PatchParams::apply("hostile-test"), &Patch::Apply(&namespace)).await.unwrap();
-    let before = restarts(&manager_pods(&client).await);
+    let before = cluster::container_restarts(&manager_pods(&client).await);
     let outcome = testenv::hostile::create_all(&client, NAMESPACE, async || {
         let pods = manager_pods(&client).await;
-        if restarts(&pods) != before {
-            return Err(format!("a manager container restarted ({before} restarts before, {} now)", restarts(&pods)));
+        if cluster::container_restarts(&pods) != before {
+            return Err(format!(
+                "a manager container restarted ({before} restarts before, {} now)",
+                cluster::container_restarts(&pods)
+            ));
         }
         if !pods.iter().any(cluster::ready) {
             return Err("no manager Pod is Ready".into());

@@ -6,6 +6,7 @@
 mod cluster;
 mod driver_operator;
 mod driver_pods;
+mod evictions;
 mod failover;
 mod faults_cluster;
 mod helm;

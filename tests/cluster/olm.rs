@@ -109,9 +109,12 @@ async fn operator_sdk_run_bundle_installs_it_as_the_readme_says_and_cleanup_remo
     let phase = csv.data.pointer("/status/phase").and_then(Value::as_str);
     assert_eq!(phase, Some("Succeeded"), "{:?}", csv.data.get("status"));
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), MANAGER_NAMESPACE);
-    let available =
-        deployments.get("csi-addons-controller-manager").await.unwrap().status.and_then(|s| s.available_replicas);
-    assert_eq!(available, Some(1), "the CSV's Deployment is available");
+    let available = poll::until(cluster::POD_START, async || {
+        let deployment = deployments.get("csi-addons-controller-manager").await.ok()?;
+        (deployment.status?.available_replicas? == 2).then_some(())
+    })
+    .await;
+    assert!(available.is_some(), "the CSV's Deployment has both managers available: one leads, one stands by");
     let manager = cluster::ready_leading_manager(&client, MANAGER_NAMESPACE).await;
     println!("CSV {CSV}: Succeeded; manager {manager} Ready and holding its Lease");
     // operator-sdk's catalog Pod does not meet Pod Security `restricted` (its init container sets
@@ -178,7 +181,7 @@ async fn operator_sdk_run_bundle_installs_it_as_the_readme_says_and_cleanup_remo
     let extras = format!(
         "clusterrole/csi-addons-csiaddons-events-editor-role clusterrole/csi-addons-csiaddons-pvc-editor-role \
          clusterrole/csi-addons-metrics-reader -n {MANAGER_NAMESPACE} networkpolicy/csi-addons-allow-metrics-traffic \
-         service/csi-addons-controller-manager-metrics-service"
+         service/csi-addons-controller-manager-metrics-service poddisruptionbudget/csi-addons-controller-manager"
     );
     let left = run(&format!("kubectl get --ignore-not-found -o name {extras}"));
     println!("left by operator-sdk cleanup: {}", left.split_whitespace().collect::<Vec<_>>().join(", "));

@@ -122,6 +122,11 @@ pub(crate) fn assert_references_resolve(what: &str, objects: &[DynamicObject]) {
             "NetworkPolicy" if !selects_a_workload(namespace, &object.data["spec"]["podSelector"]["matchLabels"]) => {
                 missing.push(format!("{name}'s podSelector matches no workload's Pods"));
             }
+            "PodDisruptionBudget"
+                if !selects_a_workload(namespace, &object.data["spec"]["selector"]["matchLabels"]) =>
+            {
+                missing.push(format!("{name}'s selector matches no workload's Pods"));
+            }
             "RoleBinding" | "ClusterRoleBinding" => {
                 let role = &object.data["roleRef"];
                 let role_namespace = if role["kind"] == "Role" { namespace } else { None };
@@ -173,7 +178,7 @@ async fn config_default_renders_a_locked_down_manager_that_the_api_server_accept
     for (k, n) in [("Namespace", 1), ("ServiceAccount", 1), ("ClusterRole", 4), ("ClusterRoleBinding", 1)] {
         assert_eq!(count(k), n, "{k}");
     }
-    for k in ["Role", "RoleBinding", "Service", "Deployment", "NetworkPolicy"] {
+    for k in ["Role", "RoleBinding", "Service", "Deployment", "NetworkPolicy", "PodDisruptionBudget"] {
         assert_eq!(count(k), 1, "{k}");
     }
     for object in objects.iter().filter(|o| kind(o) != "CustomResourceDefinition") {
@@ -182,6 +187,10 @@ async fn config_default_renders_a_locked_down_manager_that_the_api_server_accept
     }
     // The Deployment: non-root, read-only root, no privilege escalation, no capabilities, seccomp.
     let deployment = objects.iter().find(|o| kind(o) == "Deployment").unwrap();
+    // One leads, one stands by; a drain or an eviction may take one of them at a time.
+    assert_eq!(deployment.data["spec"]["replicas"], 2);
+    let budget = objects.iter().find(|o| kind(o) == "PodDisruptionBudget").unwrap();
+    assert_eq!(budget.data["spec"]["maxUnavailable"], 1);
     let pod = &deployment.data["spec"]["template"]["spec"];
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
@@ -191,6 +200,7 @@ async fn config_default_renders_a_locked_down_manager_that_the_api_server_accept
     assert_eq!(container["securityContext"]["allowPrivilegeEscalation"], false);
     assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
     assert_eq!(container["securityContext"]["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert!(container["args"].as_array().unwrap().iter().any(|a| a == "--leader-elect"), "two replicas need the Lease");
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     // Upstream's roles for drivers' sidecars, under upstream's names.
