@@ -63,6 +63,10 @@ fn holder_identity(pod_name: Option<String>, hostname: Option<String>, random: S
 /// `leading`, which is told `false` before the Lease is released on the way out. While the
 /// Lease can be neither created nor read (the API server may be unreachable), this side does
 /// not lead and tries again every retry period.
+///
+/// A standby also reads the Lease every retry period, as client-go's candidates do: when its
+/// holder has released it (a manager on its way out does), the standby takes it at once rather
+/// than at the end of the holder's last term, so it leads before a replacement Pod can start.
 pub async fn compete(
     client: kube::Client,
     lease: Lease,
@@ -70,9 +74,63 @@ pub async fn compete(
     mut leading: impl FnMut(bool) + Send,
     mut stop: watch::Receiver<bool>,
 ) {
-    let (duration, grace) = timings.seconds();
     let full_name = format!("{}/{}", lease.namespace, lease.name);
-    let manager = loop {
+    // At least a second apart, whatever the flag says: a zero period would hammer an API server
+    // that refuses.
+    let retry = timings.retry_period.max(Duration::from_secs(1));
+    let mut told = None;
+    let mut tell = |now: bool| {
+        if told != Some(now) {
+            told = Some(now);
+            leading(now);
+            tracing::info!(lease = %full_name, leading = now, "leadership");
+        }
+    };
+    loop {
+        let Some(manager) = lease_manager(&client, &lease, timings, retry, &mut stop).await else {
+            tell(false);
+            return;
+        };
+        let (mut holder, task) = manager.watch().await;
+        let released = loop {
+            let now = *holder.borrow_and_update();
+            tell(now);
+            let look = tokio::select! {
+                changed = holder.changed() => if changed.is_err() { break false } else { false },
+                _ = stop.wait_for(|s| *s) => break false,
+                () = tokio::time::sleep(retry), if !now => true,
+            };
+            if look && is_released(&client, &lease).await {
+                break true;
+            }
+        };
+        // Stop acting as the leader first; dropping the last receiver then releases the Lease
+        // (a standby holds nothing to release).
+        tell(false);
+        drop(holder);
+        let ended = task.await;
+        if released {
+            continue;
+        }
+        match ended {
+            Ok(Ok(_)) => tracing::info!(lease = %full_name, "Lease released"),
+            Ok(Err(e)) => tracing::warn!(lease = %full_name, error = %e, "releasing the Lease failed"),
+            Err(e) => tracing::warn!(lease = %full_name, error = %e, "the election task failed"),
+        }
+        return;
+    }
+}
+
+/// The Lease's manager, once the Lease can be created or read; `None` when `stop` comes first.
+async fn lease_manager(
+    client: &kube::Client,
+    lease: &Lease,
+    timings: Timings,
+    retry: Duration,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<kube_lease_manager::LeaseManager> {
+    let (duration, grace) = timings.seconds();
+    loop {
         let built = LeaseManagerBuilder::new(client.clone(), &lease.name)
             .with_namespace(&lease.namespace)
             .with_identity(&lease.identity)
@@ -81,35 +139,27 @@ pub async fn compete(
             .build();
         tokio::select! {
             built = built => match built {
-                Ok(manager) => break manager,
-                Err(e) => tracing::warn!(lease = %full_name, error = %e, "cannot use the Lease yet; retrying"),
+                Ok(manager) => return Some(manager),
+                Err(e) => tracing::warn!(lease = %format!("{}/{}", lease.namespace, lease.name), error = %e,
+                    "cannot use the Lease yet; retrying"),
             },
-            _ = stop.wait_for(|s| *s) => return,
+            _ = stop.wait_for(|s| *s) => return None,
         }
-        // At least a second apart, whatever the flag says: a zero period would hammer an API
-        // server that refuses.
         tokio::select! {
-            () = tokio::time::sleep(timings.retry_period.max(Duration::from_secs(1))) => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
-    };
-    let (mut holder, task) = manager.watch().await;
-    loop {
-        let now = *holder.borrow_and_update();
-        leading(now);
-        tracing::info!(lease = %full_name, leading = now, "leadership");
-        tokio::select! {
-            changed = holder.changed() => if changed.is_err() { break },
-            _ = stop.wait_for(|s| *s) => break,
+            () = tokio::time::sleep(retry) => {}
+            _ = stop.wait_for(|s| *s) => return None,
         }
     }
-    // Stop acting as the leader first; dropping the last receiver then releases the Lease.
-    leading(false);
-    drop(holder);
-    match task.await {
-        Ok(Ok(_)) => tracing::info!(lease = %full_name, "Lease released"),
-        Ok(Err(e)) => tracing::warn!(lease = %full_name, error = %e, "releasing the Lease failed"),
-        Err(e) => tracing::warn!(lease = %full_name, error = %e, "the election task failed"),
+}
+
+/// Whether the Lease exists with no holder: its last holder gave it up. A Lease that cannot be
+/// read counts as held (the election task retries on its own).
+async fn is_released(client: &kube::Client, lease: &Lease) -> bool {
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client.clone(), &lease.namespace);
+    match leases.get_opt(&lease.name).await {
+        Ok(Some(found)) => found.spec.and_then(|s| s.holder_identity).is_none_or(|h| h.is_empty()),
+        _ => false,
     }
 }
 

@@ -26,6 +26,7 @@ mod connect;
 mod connections;
 pub mod election;
 pub mod kubeconfig;
+pub mod observe;
 pub mod proxy;
 pub mod tls;
 pub mod token_review;
@@ -60,20 +61,25 @@ pub enum ClientError {
     ProxyCredentials(#[source] http::header::InvalidHeaderValue),
 }
 
-/// A client configured as `kubeconfig::infer` finds, with at most `in_flight` requests at once
-/// when given (watches hold a slot only until their response starts), retrying 429, 503 and 504
-/// answers as kube's own stack does. Its requests carry `agent` (see `user_agent`) as their
-/// User-Agent, so the API server's audit log and metrics tell the programs apart.
-pub async fn client(
-    agent: &str,
-    kubeconfig: Option<&Path>,
-    in_flight: Option<usize>,
-) -> Result<kube::Client, ClientError> {
+/// What a client does beyond its configuration.
+#[derive(Clone, Default)]
+pub struct Options {
+    /// At most this many requests at once (watches hold a slot only until their response starts).
+    pub in_flight: Option<usize>,
+    /// Told of every attempt of every request (see `observe`).
+    pub observer: Option<observe::Observer>,
+}
+
+/// A client configured as `kubeconfig::infer` finds, retrying 429, 503 and 504 answers as kube's
+/// own stack does (after the server's Retry-After when it gives one, as client-go). Its requests
+/// carry `agent` (see `user_agent`) as their User-Agent, so the API server's audit log and metrics
+/// tell the programs apart.
+pub async fn client(agent: &str, kubeconfig: Option<&Path>, options: Options) -> Result<kube::Client, ClientError> {
     let mut config = kubeconfig::infer(kubeconfig).await?;
     if let Ok(agent) = http::HeaderValue::from_str(agent) {
         config.headers.push((http::header::USER_AGENT, agent));
     }
-    client_for(config, in_flight)
+    client_for(config, options)
 }
 
 /// A User-Agent in client-go's form, `program/vVERSION (os/arch)`: kube sends none, and a request
@@ -84,7 +90,7 @@ pub fn user_agent(program: &str, version: &str) -> String {
 }
 
 /// A client for `config` (see `client`).
-pub fn client_for(config: kube::Config, in_flight: Option<usize>) -> Result<kube::Client, ClientError> {
+pub fn client_for(config: kube::Config, options: Options) -> Result<kube::Client, ClientError> {
     let proxy = match &config.proxy_url {
         Some(url) => Some(proxy::Proxy::parse("the proxy URL", &url.to_string())?),
         None => None,
@@ -114,9 +120,10 @@ pub fn client_for(config: kube::Config, in_flight: Option<usize>) -> Result<kube
         .http2_keep_alive_while_idle(true);
     let hyper = connections::Connections::new(builder, connector, plugin_identity);
     let service = ServiceBuilder::new()
-        .option_layer(in_flight.map(ConcurrencyLimitLayer::new))
+        .option_layer(options.in_flight.map(ConcurrencyLimitLayer::new))
         .layer(config.base_uri_layer())
         .option_layer(config.default_retry.then(|| RetryLayer::new(RetryPolicy::server_retry())))
+        .option_layer(options.observer.map(observe::ObserveLayer))
         .layer(auth::AuthLayer(Arc::new(credentials)))
         .layer(config.extra_headers_layer()?)
         .map_err(BoxError::from)

@@ -122,7 +122,7 @@ pub async fn run(cli: Cli) -> Result<(), OperatorError> {
     let client = cluster_client::client(
         &cluster_client::user_agent("reference-driver-operator", env!("CARGO_PKG_VERSION")),
         cli.kubeconfig.as_deref(),
-        Some(API_IN_FLIGHT),
+        cluster_client::Options { in_flight: Some(API_IN_FLIGHT), observer: None },
     )
     .await?;
     if cli.issue_sidecar_certificates {

@@ -60,14 +60,11 @@ pub enum ManagerError {
 const API_IN_FLIGHT: usize = 16;
 
 /// The Kubernetes client (`--kubeconfig`, KUBECONFIG, in-cluster or ~/.kube/config), with
-/// requests in flight bounded.
-async fn api_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, ManagerError> {
-    Ok(cluster_client::client(
-        &cluster_client::user_agent("csi-addons-manager", env!("CARGO_PKG_VERSION")),
-        kubeconfig,
-        Some(API_IN_FLIGHT),
-    )
-    .await?)
+/// requests in flight bounded, and each request counted in `metrics`.
+async fn api_client(kubeconfig: Option<&std::path::Path>, metrics: &Metrics) -> Result<kube::Client, ManagerError> {
+    let options = cluster_client::Options { in_flight: Some(API_IN_FLIGHT), observer: Some(metrics.api_observer()) };
+    let agent = cluster_client::user_agent("csi-addons-manager", env!("CARGO_PKG_VERSION"));
+    Ok(cluster_client::client(&agent, kubeconfig, options).await?)
 }
 
 /// The settings at start: the flags with the ConfigMap over them; a bad value is a start-up
@@ -276,7 +273,8 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
     if cli.enable_admission_webhooks {
         tracing::warn!("--enable-admission-webhooks is deprecated and has no effect");
     }
-    let client = api_client(cli.kubeconfig.as_deref()).await?;
+    let metrics = Metrics::new()?;
+    let client = api_client(cli.kubeconfig.as_deref(), &metrics).await?;
     let security = if cli.enable_auth {
         if cli.sidecar_ca_file.is_none() {
             tracing::warn!(
@@ -288,7 +286,6 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
     } else {
         Security::plain()
     };
-    let metrics = Metrics::new()?;
     metrics.start_at_zero(&CONTROLLERS);
     let leader_gauge = metrics.leader.with_label_values(&[LEASE_NAME]);
     let max_workers = metrics.max_concurrent.clone();

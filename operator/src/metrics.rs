@@ -21,6 +21,9 @@ pub struct Metrics {
     pub reclaimed_bytes: IntCounter,
     pub sidecar_connections: IntGaugeVec,
     pub sidecar_rpc: HistogramVec,
+    /// client-go's: each attempt of each API request, by status code ("<error>" without an
+    /// answer), method and API server.
+    pub api_requests: IntCounterVec,
 }
 
 /// The `kind` of every operation `csi_addons_operations_total` counts.
@@ -43,6 +46,15 @@ const PASS_RESULTS: [&str; 3] = ["success", "requeue_after", "error"];
 const SECONDS: [f64; 12] = [0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0, 180.0, 600.0];
 
 impl Metrics {
+    /// Counts the API client's attempts in `rest_client_requests_total`, as client-go does.
+    pub fn api_observer(&self) -> cluster_client::observe::Observer {
+        let requests = self.api_requests.clone();
+        std::sync::Arc::new(move |method, host, status| {
+            let code = status.map_or_else(|| "<error>".to_owned(), |s| s.as_u16().to_string());
+            requests.with_label_values(&[code.as_str(), method.as_str(), host]).inc();
+        })
+    }
+
     pub fn new() -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
         let gauge = |name: &str, help: &str, labels: &[&str]| -> Result<IntGaugeVec, prometheus::Error> {
@@ -126,6 +138,11 @@ impl Metrics {
                 "Latency of calls from the manager to sidecars, by method and gRPC code",
                 &["method", "code"],
                 SECONDS.to_vec(),
+            )?,
+            api_requests: counter(
+                "rest_client_requests_total",
+                "Number of HTTP requests, partitioned by status code, method, and host.",
+                &["code", "method", "host"],
             )?,
             registry,
         })

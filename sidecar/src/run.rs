@@ -123,7 +123,7 @@ pub async fn run(cli: SidecarCli) -> Result<(), SidecarError> {
     let client = cluster_client::client(
         &cluster_client::user_agent("csi-addons-sidecar", env!("CARGO_PKG_VERSION")),
         None,
-        None,
+        cluster_client::Options::default(),
     )
     .await
     .map_err(SidecarError::Kube)?;

@@ -21,11 +21,22 @@ pub const MANAGER_LEASE: &str = "e8cd140a.openshift.io";
 pub const POD_START: Duration = Duration::from_secs(180);
 
 pub async fn client() -> Client {
+    Client::try_from(config().await).unwrap()
+}
+
+/// A client that takes each answer as it comes: kube's own retries 429 until the server relents,
+/// which would hide a PodDisruptionBudget's refusal.
+pub async fn client_without_retries() -> Client {
+    let mut config = config().await;
+    config.default_retry = false;
+    Client::try_from(config).unwrap()
+}
+
+async fn config() -> Config {
     let path = std::env::var("CLUSTER_KUBECONFIG")
         .expect("CLUSTER_KUBECONFIG is unset: run these with `make test-cluster`, which starts the cluster");
     let kubeconfig = Kubeconfig::read_from(&path).expect("the cluster's kubeconfig");
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
-    Client::try_from(config).unwrap()
+    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap()
 }
 
 /// The running Pods `selector` picks in `namespace`.

@@ -27,7 +27,7 @@ pub async fn evict_leading_manager(client: &Client) {
     let managers = two_ready_managers(client).await;
     let leader = cluster::ready_leading_manager(client, MANAGER_NAMESPACE).await;
     let standby = managers.iter().find(|m| **m != leader).cloned().expect("two managers: one leads");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), MANAGER_NAMESPACE);
+    let pods: Api<Pod> = Api::namespaced(cluster::client_without_retries().await, MANAGER_NAMESPACE);
     let evicted = Instant::now();
     pods.evict(&leader, &EvictParams::default()).await.expect("the budget allows evicting one manager");
     match pods.evict(&standby, &EvictParams::default()).await {

@@ -16,7 +16,9 @@
 //! - the leading manager evicted through the Eviction API, as a drain does: the PodDisruptionBudget
 //!   allows it (and refuses the standby's eviction meanwhile), the standby takes the Lease over and
 //!   carries the batch on;
-//! - the node plugin's Pod evicted: its DaemonSet brings it back and its sidecar registers again.
+//! - the node plugin's Pod evicted: its DaemonSet brings it back and its sidecar registers again;
+//! - the API server shedding the manager's load for a minute (Priority and Fairness answering 429):
+//!   the manager retries after the server's Retry-After and counts the 429s.
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -33,8 +35,8 @@ use testenv::process::{pids_where, signal};
 
 use crate::cluster::{self, CONTROLLER_PLUGIN_SELECTOR, DRIVER_NAMESPACE, NODE_PLUGIN_SELECTOR};
 use crate::driver_pods::{connected_nodes, csiaddons};
-use crate::evictions;
 use crate::story::replication_api;
+use crate::{api_fairness, evictions};
 
 const NAMESPACE: &str = "faults";
 /// The driver's volumes bound at once (the shipped StorageClass waits for a Pod).
@@ -50,6 +52,8 @@ fn batch() -> usize {
 
 /// How long the hung driver stays stopped: longer than one call may take (the jobs' `spec.timeout`).
 const HANG: Duration = Duration::from_secs(75);
+/// How long the API server sheds the manager's load.
+const SHED: Duration = Duration::from_secs(60);
 
 #[derive(Clone, Copy, Debug)]
 enum Fault {
@@ -58,6 +62,7 @@ enum Fault {
     HangDriver,
     EvictManager,
     EvictNodePlugin,
+    ShedLoad,
 }
 
 impl Fault {
@@ -68,6 +73,7 @@ impl Fault {
             Fault::HangDriver => "driver hung 75 s (SIGSTOP)",
             Fault::EvictManager => "leading manager evicted",
             Fault::EvictNodePlugin => "node plugin evicted",
+            Fault::ShedLoad => "API server sheds load 60 s (429)",
         }
     }
 
@@ -79,6 +85,7 @@ impl Fault {
             Fault::HangDriver => "hung",
             Fault::EvictManager => "evict-manager",
             Fault::EvictNodePlugin => "evict-node",
+            Fault::ShedLoad => "shed",
         }
     }
 
@@ -106,6 +113,7 @@ impl Fault {
             }
             Fault::EvictManager => evictions::evict_leading_manager(client).await,
             Fault::EvictNodePlugin => evictions::evict_node_plugin(client).await,
+            Fault::ShedLoad => api_fairness::shed_manager_load(client, SHED).await,
         }
     }
 }
@@ -356,6 +364,7 @@ async fn faults_cluster_lose_no_job_and_leave_none_running() {
         Fault::HangDriver,
         Fault::EvictManager,
         Fault::EvictNodePlugin,
+        Fault::ShedLoad,
     ];
     for fault in faults {
         outcomes.push(run(&client, fault, &handles).await);

@@ -3,6 +3,7 @@
 //! making the CSI calls. `make test-cluster` starts the cluster, installs, runs these inside the
 //! cluster's network namespace (they reach Pods and Services) and removes every trace. Without a
 //! cluster they are ignored.
+mod api_fairness;
 mod cluster;
 mod driver_operator;
 mod driver_pods;

@@ -149,8 +149,9 @@ fn admin_identity() -> (String, String) {
 }
 
 async fn namespaces(kubeconfig: &Path) -> Result<usize, String> {
-    let client =
-        cluster_client::client("cluster-client-routes", Some(kubeconfig), None).await.map_err(|e| e.to_string())?;
+    let client = cluster_client::client("cluster-client-routes", Some(kubeconfig), Default::default())
+        .await
+        .map_err(|e| e.to_string())?;
     let list = Api::<Namespace>::all(client).list(&ListParams::default().limit(5)).await.map_err(|e| e.to_string())?;
     Ok(list.items.len())
 }

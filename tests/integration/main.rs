@@ -19,6 +19,7 @@ mod driver_sanity;
 mod driver_volumes;
 mod dropin_command_lines;
 mod e2e;
+mod election;
 mod faults;
 mod future_sizes;
 mod helm_chart;

@@ -18,6 +18,11 @@ async fn probes_and_metrics_follow_the_api_server() {
     manager.eventually("/readyz 200", async |m| matches!(http_get(m.health, "/readyz").await, Some((200, _)))).await;
     assert!(matches!(http_get(manager.health, "/healthz").await, Some((200, _))));
     assert_eq!(manager.leading().await, Some(true), "without --leader-elect the manager leads");
+    // Each API request counted as client-go counts it, by code, method and the API server's address.
+    let host = cp.server_url().trim_start_matches("https://").trim_end_matches('/').to_owned();
+    let (_, metrics) = http_get(manager.metrics, "/metrics").await.unwrap();
+    let counted = format!("rest_client_requests_total{{code=\"200\",host=\"{host}\",method=\"GET\"}}");
+    assert!(metrics.contains(&counted), "{counted} in:\n{metrics}");
 
     // A kubeconfig naming an address where no API server listens.
     let dead = tempfile::tempdir().unwrap();
@@ -32,6 +37,8 @@ async fn probes_and_metrics_follow_the_api_server() {
         async |m| matches!(http_get(m.health, "/readyz").await, Some((503, body)) if body.contains("CSIAddonsNodes")),
     )
     .await;
+    let (_, metrics) = http_get(lost.metrics, "/metrics").await.unwrap();
+    assert!(metrics.contains("rest_client_requests_total{code=\"<error>\""), "requests without an answer:\n{metrics}");
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@ async fn connect(endpoint: &str) -> anyhow::Result<Channel> {
 }
 
 async fn cluster(operation: Operation) -> anyhow::Result<kube::Client> {
-    cluster_client::client(&cluster_client::user_agent("csi-addons", env!("CARGO_PKG_VERSION")), None, None).await.map_err(|e| {
+    cluster_client::client(&cluster_client::user_agent("csi-addons", env!("CARGO_PKG_VERSION")), None, Default::default()).await.map_err(|e| {
         anyhow!("{operation:?} reads PersistentVolumes or Secrets from the cluster, and no cluster is configured ({e}): set KUBECONFIG, or run inside a Pod")
     })
 }
