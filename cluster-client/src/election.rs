@@ -3,6 +3,9 @@
 //! so they retry, report and release the same way.
 use std::time::Duration;
 
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::watch;
 
@@ -13,6 +16,9 @@ pub struct Lease {
     pub name: String,
     /// The holder identity written into the Lease.
     pub identity: String,
+    /// How a standby learns that the holder released the Lease: by watching it (needs `list` and
+    /// `watch` on leases; it takes over within moments), or by reading it every retry period.
+    pub watch_releases: bool,
 }
 
 /// client-go's three leader-election durations.
@@ -64,9 +70,9 @@ fn holder_identity(pod_name: Option<String>, hostname: Option<String>, random: S
 /// Lease can be neither created nor read (the API server may be unreachable), this side does
 /// not lead and tries again every retry period.
 ///
-/// A standby also reads the Lease every retry period, as client-go's candidates do: when its
-/// holder has released it (a manager on its way out does), the standby takes it at once rather
-/// than at the end of the holder's last term, so it leads before a replacement Pod can start.
+/// A standby also follows the Lease (see `Lease::watch_releases`): when its holder has released
+/// it (a manager on its way out does), the standby takes it at once rather than at the end of the
+/// holder's last term, so it leads before a replacement Pod can start.
 pub async fn compete(
     client: kube::Client,
     lease: Lease,
@@ -78,6 +84,7 @@ pub async fn compete(
     // At least a second apart, whatever the flag says: a zero period would hammer an API server
     // that refuses.
     let retry = timings.retry_period.max(Duration::from_secs(1));
+    let mut releases = releases(&client, &lease, retry);
     let mut told = None;
     let mut tell = |now: bool| {
         if told != Some(now) {
@@ -95,24 +102,23 @@ pub async fn compete(
         let released = loop {
             let now = *holder.borrow_and_update();
             tell(now);
-            let look = tokio::select! {
-                changed = holder.changed() => if changed.is_err() { break false } else { false },
+            tokio::select! {
+                changed = holder.changed() => if changed.is_err() { break false },
                 _ = stop.wait_for(|s| *s) => break false,
-                () = tokio::time::sleep(retry), if !now => true,
-            };
-            if look && is_released(&client, &lease).await {
-                break true;
+                Some(()) = releases.next(), if !now => break true,
             }
         };
-        // Stop acting as the leader first; dropping the last receiver then releases the Lease
-        // (a standby holds nothing to release).
-        tell(false);
-        drop(holder);
-        let ended = task.await;
         if released {
+            // A standby holds nothing to release: its election task is cancelled, not told to
+            // release (which could clear a Lease another has just taken), and a new one competes.
+            task.abort();
+            let _ = task.await;
             continue;
         }
-        match ended {
+        // Stop acting as the leader first; dropping the last receiver then releases the Lease.
+        tell(false);
+        drop(holder);
+        match task.await {
             Ok(Ok(_)) => tracing::info!(lease = %full_name, "Lease released"),
             Ok(Err(e)) => tracing::warn!(lease = %full_name, error = %e, "releasing the Lease failed"),
             Err(e) => tracing::warn!(lease = %full_name, error = %e, "the election task failed"),
@@ -152,15 +158,39 @@ async fn lease_manager(
     }
 }
 
-/// Whether the Lease exists with no holder: its last holder gave it up. A Lease that cannot be
-/// read counts as held (the election task retries on its own).
-async fn is_released(client: &kube::Client, lease: &Lease) -> bool {
+/// A stream that yields each time the Lease is seen without a holder: its last holder gave it up.
+/// Errors are retried by the stream itself (a watch with backoff, or the next read).
+fn releases(client: &kube::Client, lease: &Lease, retry: Duration) -> BoxStream<'static, ()> {
     let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
         kube::Api::namespaced(client.clone(), &lease.namespace);
-    match leases.get_opt(&lease.name).await {
-        Ok(Some(found)) => found.spec.and_then(|s| s.holder_identity).is_none_or(|h| h.is_empty()),
-        _ => false,
+    if lease.watch_releases {
+        let config = watcher::Config::default().fields(&format!("metadata.name={}", lease.name));
+        watcher::watcher(leases, config)
+            .default_backoff()
+            .applied_objects()
+            .filter_map(|found| futures::future::ready(found.ok().filter(is_released).map(|_| ())))
+            .boxed()
+    } else {
+        let name = lease.name.clone();
+        futures::stream::unfold((), move |()| {
+            let (leases, name) = (leases.clone(), name.clone());
+            async move {
+                loop {
+                    tokio::time::sleep(retry).await;
+                    if let Ok(Some(found)) = leases.get_opt(&name).await
+                        && is_released(&found)
+                    {
+                        return Some(((), ()));
+                    }
+                }
+            }
+        })
+        .boxed()
     }
+}
+
+fn is_released(lease: &k8s_openapi::api::coordination::v1::Lease) -> bool {
+    lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).is_none_or(str::is_empty)
 }
 
 #[cfg(test)]

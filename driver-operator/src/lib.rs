@@ -151,6 +151,8 @@ pub async fn run(cli: Cli) -> Result<(), OperatorError> {
             namespace: cli.namespace.clone(),
             name: LEASE_NAME.to_owned(),
             identity: cluster_client::election::identity("reference-driver-operator"),
+            // One replica: a standby, when there is one, reads the Lease every retry period.
+            watch_releases: false,
         };
         let timings = cluster_client::election::Timings {
             lease_duration: cli.leader_election_lease_duration,

@@ -177,8 +177,13 @@ async fn elect(
     leading_tx: watch::Sender<bool>,
     stop: watch::Receiver<bool>,
 ) {
-    let lease =
-        cluster_client::election::Lease { namespace: cli.namespace.clone(), name: LEASE_NAME.to_owned(), identity };
+    // The standby watches the Lease, so it leads the moment an evicted or stopped leader lets go.
+    let lease = cluster_client::election::Lease {
+        namespace: cli.namespace.clone(),
+        name: LEASE_NAME.to_owned(),
+        identity,
+        watch_releases: true,
+    };
     let timings = cluster_client::election::Timings {
         lease_duration: cli.leader_election_lease_duration,
         renew_deadline: cli.leader_election_renew_deadline,

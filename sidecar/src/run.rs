@@ -333,6 +333,8 @@ fn elect(
         namespace: namespace.to_owned(),
         name: api::lease::driver_lease_name(driver),
         identity: api::lease::normalize_lease_name(&cli.pod),
+        // Drivers' RBAC, upstream's included, grants no watch on leases: a standby reads it.
+        watch_releases: false,
     };
     let timings = cluster_client::election::Timings {
         lease_duration: cli.leader_election_lease_duration,

@@ -15,8 +15,13 @@ struct Competitor {
     task: tokio::task::JoinHandle<()>,
 }
 
-fn competitor(client: &kube::Client, namespace: &str, identity: &str) -> Competitor {
-    let lease = Lease { namespace: namespace.to_owned(), name: "election".into(), identity: identity.to_owned() };
+fn competitor(client: &kube::Client, namespace: &str, identity: &str, watch_releases: bool) -> Competitor {
+    let lease = Lease {
+        namespace: namespace.to_owned(),
+        name: "election".into(),
+        identity: identity.to_owned(),
+        watch_releases,
+    };
     // A term far longer than the test: only a released Lease can change hands within it.
     let timings = Timings {
         lease_duration: Duration::from_secs(600),
@@ -34,15 +39,16 @@ async fn leads(competitor: &Competitor) -> bool {
     poll::until(poll::MINUTE, async || (*competitor.leading.lock().unwrap()).then_some(())).await.is_some()
 }
 
-#[tokio::test]
-async fn a_standby_takes_a_released_lease_within_its_retry_period_not_the_holders_term() {
+/// Two competitors for one Lease: the first leads, the second stands by, and takes over once the
+/// first stops and releases the Lease.
+async fn standby_takes_over_a_released_lease(watch_releases: bool) {
     let plane = testenv::shared();
     let client = plane.client().await.unwrap();
     let namespace = plane.namespace(&client, "election").await.unwrap();
 
-    let first = competitor(&client, &namespace, "first");
+    let first = competitor(&client, &namespace, "first", watch_releases);
     assert!(leads(&first).await, "the only competitor leads");
-    let second = competitor(&client, &namespace, "second");
+    let second = competitor(&client, &namespace, "second", watch_releases);
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(!*second.leading.lock().unwrap(), "the Lease is held: the second stands by");
 
@@ -52,4 +58,14 @@ async fn a_standby_takes_a_released_lease_within_its_retry_period_not_the_holder
     assert!(leads(&second).await, "the standby takes the released Lease (its term has 10 minutes left)");
     second.stop.send(true).unwrap();
     second.task.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_standby_watching_the_lease_takes_it_once_released_not_at_the_end_of_the_term() {
+    standby_takes_over_a_released_lease(true).await;
+}
+
+#[tokio::test]
+async fn a_standby_reading_the_lease_takes_it_once_released_not_at_the_end_of_the_term() {
+    standby_takes_over_a_released_lease(false).await;
 }
