@@ -49,6 +49,13 @@ pub enum GiveUp {
         "Time limit reached: not done within retryDeadlineSeconds ({seconds} s) after {failures} failed attempt(s)"
     )]
     Deadline { seconds: i64, failures: u32 },
+    /// The job's first pass came after its deadline: it waited for a worker all along.
+    #[error(
+        "Time limit reached: retryDeadlineSeconds ({0} s) passed before the manager could make a first attempt \
+         (all its workers were busy, or no manager led); a longer retryDeadlineSeconds or more \
+         max-concurrent-reconciles give jobs time to start"
+    )]
+    DeadlineBeforeFirstAttempt(i64),
     #[error("Maximum retry limit reached: backOffLimit is {0}")]
     BackOffLimit(u32),
 }
@@ -78,7 +85,11 @@ pub fn failures_so_far(remembered: Option<Failures>, started: bool, retries: Opt
 
 pub fn next_step(limits: Limits, created: i64, now: i64, failures: u32, last_failure: Option<i64>) -> Step {
     if now > created.saturating_add(limits.retry_deadline_seconds) {
-        return Step::GiveUp(GiveUp::Deadline { seconds: limits.retry_deadline_seconds, failures });
+        let seconds = limits.retry_deadline_seconds;
+        return Step::GiveUp(match failures {
+            0 => GiveUp::DeadlineBeforeFirstAttempt(seconds),
+            _ => GiveUp::Deadline { seconds, failures },
+        });
     }
     if failures > limits.back_off_limit {
         return Step::GiveUp(GiveUp::BackOffLimit(limits.back_off_limit));
@@ -194,6 +205,24 @@ pub fn reclaimed_bytes(usages: &[(Option<i64>, Option<i64>)]) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deadline_passed_before_any_attempt_says_so_and_what_gives_jobs_time() {
+        let limits = Limits::from_spec(6, 30);
+        let Step::GiveUp(never) = next_step(limits, 0, 31, 0, None) else { panic!("past the deadline") };
+        assert_eq!(never, GiveUp::DeadlineBeforeFirstAttempt(30));
+        let message = never.to_string();
+        assert!(
+            message.starts_with("Time limit reached")
+                && message.contains("before the manager could make a first attempt")
+        );
+        assert!(message.contains("max-concurrent-reconciles"), "{message}");
+        let Step::GiveUp(tried) = next_step(limits, 0, 31, 2, Some(20)) else { panic!("past the deadline") };
+        assert_eq!(
+            tried.to_string(),
+            "Time limit reached: not done within retryDeadlineSeconds (30 s) after 2 failed attempt(s)"
+        );
+    }
 
     #[test]
     fn after_a_restart_the_failures_so_far_come_from_the_status() {
