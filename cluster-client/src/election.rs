@@ -84,7 +84,8 @@ pub async fn compete(
     // At least a second apart, whatever the flag says: a zero period would hammer an API server
     // that refuses.
     let retry = timings.retry_period.max(Duration::from_secs(1));
-    let mut releases = releases(&client, &lease, retry);
+    // Followed only while standing by: a leader keeps no watch (nor its unread events) open.
+    let mut releases = None;
     let mut told = None;
     let mut tell = |now: bool| {
         if told != Some(now) {
@@ -102,10 +103,15 @@ pub async fn compete(
         let released = loop {
             let now = *holder.borrow_and_update();
             tell(now);
+            if now {
+                releases = None;
+            } else if releases.is_none() {
+                releases = Some(follow_releases(&client, &lease, retry));
+            }
             tokio::select! {
                 changed = holder.changed() => if changed.is_err() { break false },
                 _ = stop.wait_for(|s| *s) => break false,
-                Some(()) = releases.next(), if !now => break true,
+                Some(()) = next_release(&mut releases), if !now => break true,
             }
         };
         if released {
@@ -158,9 +164,13 @@ async fn lease_manager(
     }
 }
 
+async fn next_release(releases: &mut Option<BoxStream<'static, ()>>) -> Option<()> {
+    releases.as_mut()?.next().await
+}
+
 /// A stream that yields each time the Lease is seen without a holder: its last holder gave it up.
 /// Errors are retried by the stream itself (a watch with backoff, or the next read).
-fn releases(client: &kube::Client, lease: &Lease, retry: Duration) -> BoxStream<'static, ()> {
+fn follow_releases(client: &kube::Client, lease: &Lease, retry: Duration) -> BoxStream<'static, ()> {
     let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
         kube::Api::namespaced(client.clone(), &lease.namespace);
     if lease.watch_releases {
