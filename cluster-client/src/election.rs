@@ -21,6 +21,13 @@ pub struct Lease {
     pub watch_releases: bool,
 }
 
+impl Lease {
+    /// `namespace/name`, as logs name it.
+    fn full_name(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
 /// client-go's three leader-election durations.
 #[derive(Debug, Clone, Copy)]
 pub struct Timings {
@@ -80,7 +87,7 @@ pub async fn compete(
     mut leading: impl FnMut(bool) + Send,
     mut stop: watch::Receiver<bool>,
 ) {
-    let full_name = format!("{}/{}", lease.namespace, lease.name);
+    let full_name = lease.full_name();
     // At least a second apart, whatever the flag says: a zero period would hammer an API server
     // that refuses.
     let retry = timings.retry_period.max(Duration::from_secs(1));
@@ -152,8 +159,7 @@ async fn lease_manager(
         tokio::select! {
             built = built => match built {
                 Ok(manager) => return Some(manager),
-                Err(e) => tracing::warn!(lease = %format!("{}/{}", lease.namespace, lease.name), error = %e,
-                    "cannot use the Lease yet; retrying"),
+                Err(e) => tracing::warn!(lease = %lease.full_name(), error = %e, "cannot use the Lease yet; retrying"),
             },
             _ = stop.wait_for(|s| *s) => return None,
         }
