@@ -19,6 +19,10 @@
 # 10.250.0.1:5000/ghcr.io/csi-addons-rs/csi-addons-manager:v0.1.0), so manifests are applied as shipped
 # (registry.access.redhat.com too, for hack/olm.sh).
 #
+# The reference driver's state directory (/var/lib/csi-addons-reference, a hostPath in its manifests)
+# is a filesystem of its own, an ext4 in a sparse file of CLUSTER_DRIVER_DISK_SIZE (8G) under the state
+# directory, as a node's data disk is: the fault suite fills it without touching the host's disk.
+#
 # Processes enter only the network namespace, not a mount namespace of their own: the kubelet's
 # mounts must be seen by containerd and the driver. Every mount lives under the state directory, and
 # `down` unmounts it.
@@ -49,6 +53,10 @@ CGROUP=k8s.io
 # The reference driver's state and volumes (a hostPath in its manifests, shared by its controller
 # and node plugins); its loop devices are detached by `down`.
 DRIVER_DIR=/var/lib/csi-addons-reference
+# That directory is a filesystem of its own, as a node's data disk is: the fault suite fills it, where
+# filling the host's disk would harm the machine. An ext4 in a sparse file under the state directory,
+# with no blocks reserved for root (the driver runs as root, and must see the disk full).
+DRIVER_DISK_SIZE="${CLUSTER_DRIVER_DISK_SIZE:-8G}"
 # Where the product's service accounts live (the manager, the reference driver with its sidecars,
 # the driver operator): their requests are audited.
 AUDITED_NAMESPACES="csi-addons-system csi-addons-reference reference-driver-operator"
@@ -384,6 +392,7 @@ up() {
   host_rules >"$STATE/host-rules"
   mountpoint -q /run/netns || touch "$STATE/netns-dir-made"
   local t0; t0=$(date +%s)
+  driver_disk
   pki
   network
   configure_node
@@ -392,6 +401,17 @@ up() {
   cluster_dns
   check_dns
   log "cluster up in $(( $(date +%s) - t0 )) s: hack/cluster.sh exec kubectl get pods -A"
+}
+
+driver_disk() {
+  if [ -n "$(ls -A "$DRIVER_DIR" 2>/dev/null)" ]; then
+    log "$DRIVER_DIR is not empty: another reference driver keeps its state on this machine"; exit 1
+  fi
+  mkdir -p "$DRIVER_DIR"
+  truncate -s "$DRIVER_DISK_SIZE" "$STATE/driver-disk.img"
+  mkfs.ext4 -q -F -m 0 -E lazy_itable_init=1,lazy_journal_init=1 "$STATE/driver-disk.img"
+  # A loop device that clears itself when unmounted.
+  mount -o loop "$STATE/driver-disk.img" "$DRIVER_DIR"
 }
 
 # Every process of the cluster: those in its network namespace, and the containers (whose root is
@@ -422,9 +442,10 @@ host_rules() {
 }
 
 # Mounts under the state directory and the kubelet's (which the kubelet bind-mounts on itself to
-# share mounts with the Pods), deepest first.
+# share mounts with the Pods), and the driver's disk, deepest first.
 cluster_mounts() {
-  awk -v s="$STATE" -v k="$KUBELET_DIR" 'index($5, s "/") == 1 || $5 == s || index($5, k "/") == 1 || $5 == k { print $5 }' \
+  awk -v s="$STATE" -v k="$KUBELET_DIR" -v d="$DRIVER_DIR" \
+    'index($5, s "/") == 1 || $5 == s || index($5, k "/") == 1 || $5 == k || index($5, d "/") == 1 || $5 == d { print $5 }' \
     /proc/self/mountinfo | sort -r
 }
 # A loop device the driver attached inside its container names its file from the root of the
@@ -444,7 +465,10 @@ down() {
     if [ "$round" = 1 ]; then kill -TERM $pids 2>/dev/null || true; sleep 2; else kill -KILL $pids 2>/dev/null || true; sleep 0.5; fi
   done
   local m
-  for m in $(cluster_mounts); do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+  # The volumes' loop devices keep files on the driver's disk open: its mount goes after them.
+  for m in $(cluster_mounts | grep -vx "$DRIVER_DIR"); do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+  for m in $(cluster_loops); do losetup -d "$m" 2>/dev/null || true; done
+  if mountpoint -q "$DRIVER_DIR"; then umount "$DRIVER_DIR" 2>/dev/null || umount -l "$DRIVER_DIR" 2>/dev/null || true; fi
   for m in $(cluster_loops); do losetup -d "$m" 2>/dev/null || true; done
   for m in $(cluster_cgroups); do rmdir "$m" 2>/dev/null || true; done
   [ -e "/run/netns/$NETNS" ] && ip netns del "$NETNS"

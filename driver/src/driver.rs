@@ -144,6 +144,20 @@ impl Driver {
         Ok(loaded.state.clone())
     }
 
+    /// A failed save's status. A full filesystem is RESOURCE_EXHAUSTED and says what the user can
+    /// do: the saved state is the one before the call, so a retry once there is space finds it whole.
+    fn save_failed(&self, e: &StoreError) -> Status {
+        if crate::space::is_out_of_space(e) {
+            Status::resource_exhausted(format!(
+                "saving driver state: {e}; the driver's state directory {} is full, so nothing was changed: free \
+                 space there, then retry",
+                self.config.state_dir.display()
+            ))
+        } else {
+            Status::internal(format!("saving driver state: {e}"))
+        }
+    }
+
     /// Applies `change` to a copy of the current state on disk and saves it; the change takes effect
     /// only once it is on disk, so a failed save (or an error from `change`) leaves nothing
     /// half-done.
@@ -157,7 +171,7 @@ impl Driver {
         let mut next = loaded.state.clone();
         let result = change(&mut next)?;
         if next != loaded.state {
-            let bytes = self.store.save(&next).map_err(|e| Status::internal(format!("saving driver state: {e}")))?;
+            let bytes = self.store.save(&next).map_err(|e| self.save_failed(&e))?;
             *loaded = Loaded::saved(next, bytes);
         }
         Ok(result)

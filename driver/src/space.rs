@@ -154,11 +154,58 @@ fn to_off(n: u64) -> std::io::Result<i64> {
     i64::try_from(n).map_err(std::io::Error::other)
 }
 
+/// Whether `error`, or an error that caused it, is a full filesystem or an exhausted quota.
+pub fn is_out_of_space(error: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind::{QuotaExceeded, StorageFull};
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if e.downcast_ref::<std::io::Error>().is_some_and(|io| matches!(io.kind(), StorageFull | QuotaExceeded))
+            || e.downcast_ref::<nix::Error>()
+                .is_some_and(|errno| matches!(errno, nix::Error::ENOSPC | nix::Error::EDQUOT))
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// The status of an operation that failed on the machine: RESOURCE_EXHAUSTED when a filesystem it
+/// writes to is full, saying what the user can do (the callers retry), INTERNAL otherwise.
+pub fn failure_status(error: impl std::error::Error + 'static) -> tonic::Status {
+    if is_out_of_space(&error) {
+        tonic::Status::resource_exhausted(format!(
+            "{error}: the driver's filesystem is full; free space on it, then retry"
+        ))
+    } else {
+        tonic::Status::internal(error.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write;
 
     use super::*;
+
+    #[test]
+    fn a_full_filesystem_is_resource_exhausted_through_its_causes_and_other_errors_internal() {
+        let full = MountError::Io {
+            action: "creating",
+            path: "/state/reclaim/v1".into(),
+            source: std::io::Error::from_raw_os_error(nix::libc::ENOSPC),
+        };
+        assert!(is_out_of_space(&full));
+        let status = failure_status(full);
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert!(status.message().starts_with("creating /state/reclaim/v1: No space left on device"), "{status:?}");
+        assert!(status.message().ends_with("free space on it, then retry"), "{status:?}");
+        let quota = MountError::Sys { action: "mounting", path: "/t".into(), source: nix::Error::EDQUOT };
+        assert_eq!(failure_status(quota).code(), tonic::Code::ResourceExhausted);
+        let denied = std::io::Error::from_raw_os_error(nix::libc::EACCES);
+        assert!(!is_out_of_space(&denied));
+        assert_eq!(failure_status(denied).code(), tonic::Code::Internal);
+    }
 
     #[test]
     fn zeroed_ranges_are_released_and_data_kept() {

@@ -231,10 +231,16 @@ impl Store {
         // Serialising plain data into memory cannot fail; an error would leave the old state.
         let bytes =
             serde_json::to_vec_pretty(state).map_err(|source| StoreError::Corrupt { path: path.clone(), source })?;
-        let mut file = std::fs::File::create(&tmp).map_err(io("creating", &tmp))?;
-        file.write_all(&bytes).map_err(io("writing", &tmp))?;
-        file.sync_all().map_err(io("syncing", &tmp))?;
-        std::fs::rename(&tmp, &path).map_err(io("renaming", &tmp))?;
+        let written = std::fs::File::create(&tmp).map_err(io("creating", &tmp)).and_then(|mut file| {
+            file.write_all(&bytes).map_err(io("writing", &tmp))?;
+            file.sync_all().map_err(io("syncing", &tmp))
+        });
+        if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &path).map_err(io("renaming", &tmp))) {
+            // The state stands as it was; a torn temporary file would only hold space a full
+            // filesystem needs.
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
         std::fs::File::open(&self.dir).and_then(|d| d.sync_all()).map_err(io("syncing", &self.dir))?;
         Ok(bytes)
     }
@@ -323,6 +329,17 @@ mod tests {
         // A crash after writing half of the next state, before the rename.
         std::fs::write(dir.path().join("state.json.tmp"), b"{\"volumes\": {\"v2\"").unwrap();
         assert_eq!(store.load().unwrap(), state);
+    }
+
+    #[test]
+    fn a_failed_save_leaves_no_temporary_file_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        // The rename over the state file fails: a non-empty directory stands in its place.
+        std::fs::create_dir_all(dir.path().join("state.json/in-the-way")).unwrap();
+        let error = store.save(&State::default()).unwrap_err();
+        assert!(error.to_string().starts_with("renaming "), "{error}");
+        assert!(!dir.path().join("state.json.tmp").exists(), "the temporary file is removed");
     }
 
     #[test]

@@ -11,6 +11,9 @@ use testenv::poll;
 
 pub const MANAGER_NAMESPACE: &str = "csi-addons-system";
 pub const DRIVER_NAMESPACE: &str = "csi-addons-reference";
+/// Where the reference driver keeps its state and volumes on the node (a hostPath in its manifests,
+/// and the driver operator's default): a filesystem of its own, which `hack/cluster.sh` mounts.
+pub const DRIVER_STATE_DIR: &str = "/var/lib/csi-addons-reference";
 pub const MANAGER_SELECTOR: &str = "app.kubernetes.io/name=csi-addons,control-plane=controller-manager";
 pub const NODE_PLUGIN_SELECTOR: &str = "app.kubernetes.io/name=reference-driver,app.kubernetes.io/component=node";
 pub const CONTROLLER_PLUGIN_SELECTOR: &str =

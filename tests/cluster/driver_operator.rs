@@ -14,13 +14,13 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind,
 use serde_json::json;
 use testenv::poll;
 
-use crate::cluster::{self, CONTROLLER_PLUGIN_SELECTOR, DRIVER_NAMESPACE, NODE_PLUGIN_SELECTOR, POD_START};
+use crate::cluster::{
+    self, CONTROLLER_PLUGIN_SELECTOR, DRIVER_NAMESPACE, DRIVER_STATE_DIR, NODE_PLUGIN_SELECTOR, POD_START,
+};
 use crate::driver_pods::{STORAGE_CLASS, WORKLOADS, connected_nodes, workload};
 
 /// The StorageClasses the operator keeps on a node with loop devices.
 pub const STORAGE_CLASSES: [&str; 2] = ["reference-csi-filesystem", "reference-csi-block"];
-/// Where the driver keeps its volumes on the node (the operator's default).
-const VOLUMES_DIRECTORY: &str = "/var/lib/csi-addons-reference";
 const SCHEDULE: &str = "@weekly";
 /// The annotation the manager reads a StorageClass's reclaim-space schedule from.
 const RECLAIM_SCHEDULE: &str = "reclaimspace.csiaddons.openshift.io/schedule";
@@ -264,11 +264,11 @@ impl Drop for BackendAway {
 }
 
 fn chattr(sign: char) {
-    let out = std::process::Command::new("chattr").arg(format!("{sign}i")).arg(VOLUMES_DIRECTORY).output();
+    let out = std::process::Command::new("chattr").arg(format!("{sign}i")).arg(DRIVER_STATE_DIR).output();
     let out = out.expect("chattr (e2fsprogs) runs");
     assert!(
         out.status.success(),
-        "chattr {sign}i {VOLUMES_DIRECTORY}: {} (the suite needs a filesystem with the immutable flag, as ext4)",
+        "chattr {sign}i {DRIVER_STATE_DIR}: {} (the suite needs a filesystem with the immutable flag, as ext4)",
         String::from_utf8_lossy(&out.stderr)
     );
 }

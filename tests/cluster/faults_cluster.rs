@@ -18,7 +18,10 @@
 //!   carries the batch on;
 //! - the node plugin's Pod evicted: its DaemonSet brings it back and its sidecar registers again;
 //! - the API server shedding the manager's load for a minute (Priority and Fairness answering 429):
-//!   the manager retries after the server's Retry-After and counts the 429s.
+//!   the manager retries after the server's Retry-After and counts the 429s;
+//! - the driver's state directory full (its disk filled before the replication changes state): the
+//!   calls that must write fail with RESOURCE_EXHAUSTED, which the replication's status and the
+//!   jobs' retries show with what to do; once space is freed they go on, and the state is whole.
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -36,7 +39,7 @@ use testenv::process::{pids_where, signal};
 use crate::cluster::{self, CONTROLLER_PLUGIN_SELECTOR, DRIVER_NAMESPACE, NODE_PLUGIN_SELECTOR};
 use crate::driver_pods::{connected_nodes, csiaddons};
 use crate::story::replication_api;
-use crate::{api_fairness, evictions};
+use crate::{api_fairness, evictions, full_disk};
 
 const NAMESPACE: &str = "faults";
 /// The driver's volumes bound at once (the shipped StorageClass waits for a Pod).
@@ -44,6 +47,11 @@ const CLASS: &str = "reference-csi-faults";
 
 /// What the batch's VolumeReplication does across the fault.
 const REPLICATED: &str = "Primary → Secondary";
+
+/// Whether `fault` is one of the rows `FAULTS` names (batch names, comma-separated; all when unset).
+fn selected(fault: Fault) -> bool {
+    std::env::var("FAULTS").map_or(true, |names| names.split(',').any(|n| n.trim() == fault.batch()))
+}
 
 /// Jobs per batch (`FAULT_JOBS`).
 fn batch() -> usize {
@@ -63,6 +71,14 @@ enum Fault {
     EvictManager,
     EvictNodePlugin,
     ShedLoad,
+    FillStateDir,
+}
+
+/// The batch a fault strikes: its jobs and its VolumeReplication.
+struct Batch<'a> {
+    jobs: &'a Api<DynamicObject>,
+    replications: &'a Api<DynamicObject>,
+    name: &'a str,
 }
 
 impl Fault {
@@ -74,6 +90,7 @@ impl Fault {
             Fault::EvictManager => "leading manager evicted",
             Fault::EvictNodePlugin => "node plugin evicted",
             Fault::ShedLoad => "API server sheds load 60 s (429)",
+            Fault::FillStateDir => "driver's disk full 45 s",
         }
     }
 
@@ -86,6 +103,7 @@ impl Fault {
             Fault::EvictManager => "evict-manager",
             Fault::EvictNodePlugin => "evict-node",
             Fault::ShedLoad => "shed",
+            Fault::FillStateDir => "full",
         }
     }
 
@@ -98,7 +116,14 @@ impl Fault {
         }
     }
 
-    async fn strike(self, client: &Client) {
+    /// Whether the fault strikes before the replication is asked to change (the driver must fail to
+    /// save the change, not have saved it already).
+    fn strikes_first(self) -> bool {
+        matches!(self, Fault::FillStateDir)
+    }
+
+    /// Strikes and lasts; `ballast` is what filled the disk, when the fault struck first.
+    async fn strike(self, client: &Client, batch: Batch<'_>, ballast: Option<full_disk::Ballast>) {
         let blocking = |strike: fn()| async move { tokio::task::spawn_blocking(strike).await.unwrap() };
         match self {
             Fault::RestartKubelet => blocking(|| restart("kubelet")).await,
@@ -114,6 +139,10 @@ impl Fault {
             Fault::EvictManager => evictions::evict_leading_manager(client).await,
             Fault::EvictNodePlugin => evictions::evict_node_plugin(client).await,
             Fault::ShedLoad => api_fairness::shed_manager_load(client, SHED).await,
+            Fault::FillStateDir => {
+                let ballast = ballast.unwrap_or_else(full_disk::fill);
+                full_disk::hold(ballast, batch.replications, batch.name, batch.jobs, batch.name).await
+            }
         }
     }
 }
@@ -295,11 +324,14 @@ async fn run(client: &Client, fault: Fault, handles: &[String]) -> FaultRow {
     let first =
         poll::until(2 * poll::MINUTE, async || (!results(&jobs, prefix).await.0.is_empty()).then_some(())).await;
     assert!(first.is_some(), "{}: a job of the batch ends before the fault", fault.label());
+    let struck_first = Instant::now();
+    let ballast = fault.strikes_first().then(full_disk::fill);
     let patch = json!({"spec": {"replicationState": "secondary"}});
     replications.patch(prefix, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     let in_flight = results(&jobs, prefix).await.2.len();
-    let struck = Instant::now();
-    fault.strike(client).await;
+    let struck = if fault.strikes_first() { struck_first } else { Instant::now() };
+    let batch = Batch { jobs: &jobs, replications: &replications, name: prefix };
+    fault.strike(client, batch, ballast).await;
     let ended = poll::until(10 * poll::MINUTE, async || {
         let (_, _, unfinished) = results(&jobs, prefix).await;
         unfinished.is_empty().then_some(())
@@ -351,7 +383,7 @@ async fn run(client: &Client, fault: Fault, handles: &[String]) -> FaultRow {
 }
 
 #[tokio::test]
-#[ignore = "restarts the one-node cluster's kubelet and containerd, stops its driver, evicts Pods: make test-faults-cluster"]
+#[ignore = "restarts the one-node cluster's kubelet and containerd, stops its driver, evicts Pods, fills its disk: make test-faults-cluster"]
 async fn faults_cluster_lose_no_job_and_leave_none_running() {
     let client = cluster::client().await;
     let made = Instant::now();
@@ -365,8 +397,9 @@ async fn faults_cluster_lose_no_job_and_leave_none_running() {
         Fault::EvictManager,
         Fault::EvictNodePlugin,
         Fault::ShedLoad,
+        Fault::FillStateDir,
     ];
-    for fault in faults {
+    for fault in faults.into_iter().filter(|f| selected(*f)) {
         outcomes.push(run(&client, fault, &handles).await);
     }
     fault_table::print(&outcomes);

@@ -10,6 +10,7 @@ mod driver_pods;
 mod evictions;
 mod failover;
 mod faults_cluster;
+mod full_disk;
 mod helm;
 mod hostile;
 mod manager_pods;

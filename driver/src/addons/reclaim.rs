@@ -13,8 +13,10 @@ use crate::state::{AccessType, Volume};
 
 pub struct Reclaim(pub Arc<Driver>);
 
-fn internal(e: impl std::fmt::Display) -> Status {
-    Status::internal(e.to_string())
+/// A failure on the machine: RESOURCE_EXHAUSTED when the driver's filesystem is full (reclaiming
+/// mounts through a directory it creates there), INTERNAL otherwise.
+fn internal(e: impl std::error::Error + 'static) -> Status {
+    space::failure_status(e)
 }
 
 /// Runs `reclaim` on a blocking thread and measures the backing file around it.
