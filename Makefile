@@ -90,7 +90,7 @@ demo-cluster: ## make demo's story in real Pods, on a fresh `make cluster-up`: i
 	  hack/cluster.sh exec $(CARGO) test --offline --locked -q -p integration-tests --test cluster story -- --ignored --nocapture --test-threads=1; \
 	fi
 
-test-cluster: ship-binaries ## The product in real Pods: a fresh one-node cluster, the release YAMLs and the driver installed, tests/cluster run inside its network namespace; then the kubelet and containerd restarted, the driver hung, the leading manager and the node plugin evicted, the API server shedding the manager's load, and the driver's disk full, mid-batch (make test-faults-cluster's table); then the driver replaced by the driver operator's, taken through backend loss, a spec change, Removed and Managed; then the API server's audit log compared with the shipped RBAC (every rule used or named, nothing refused); then everything removed (and checked)
+test-cluster: ship-binaries ## The product in real Pods: a fresh one-node cluster, the release YAMLs and the driver installed, tests/cluster run inside its network namespace; then the kubelet and containerd restarted, the driver hung, the leading manager and the node plugin evicted, the API server shedding the manager's load, the driver's disk full and the node rebooted, mid-batch (make test-faults-cluster's table); then the driver replaced by the driver operator's, taken through backend loss, a spec change, Removed and Managed; then the API server's audit log compared with the shipped RBAC (every rule used or named, nothing refused); then everything removed (and checked)
 	$(CARGO) test --locked -p integration-tests --test cluster --no-run
 	@hack/cluster.sh check || { echo "test-cluster: a cluster is running or left traces; make cluster-down first" >&2; exit 1; }
 	@# Whatever happens, the cluster goes, and a trace it leaves fails the target.
@@ -106,7 +106,7 @@ test-cluster: ship-binaries ## The product in real Pods: a fresh one-node cluste
 	hack/cluster.sh exec $(CARGO) test --offline --locked -p integration-tests --test cluster driver_operator:: -- --ignored --test-threads=1 --nocapture; \
 	hack/cluster.sh exec $(CARGO) test --offline --locked -p integration-tests --test cluster rbac_audit:: -- --ignored --nocapture
 
-test-faults-cluster: ship-binaries ## Faults a real cluster has, on a fresh one-node cluster with the release YAMLs and the driver: the kubelet restarted, containerd restarted, the driver hung, the leading manager and the node plugin evicted, the API server shedding the manager's load (429), the driver's disk full, each in the middle of 200 ReclaimSpaceJobs (one per volume) and a VolumeReplication changing state; no job stuck or lost (prints the table of make test-faults; FAULTS=kubelet,full picks rows by batch name)
+test-faults-cluster: ship-binaries ## Faults a real cluster has, on a fresh one-node cluster with the release YAMLs and the driver: the kubelet restarted, containerd restarted, the driver hung, the leading manager and the node plugin evicted, the API server shedding the manager's load (429), the driver's disk full, the node rebooted, each in the middle of 200 ReclaimSpaceJobs (one per volume) and a VolumeReplication changing state; no job stuck or lost (prints the table of make test-faults; FAULTS=kubelet,full picks rows by batch name)
 	$(CARGO) test --locked -p integration-tests --test cluster --no-run
 	@hack/cluster.sh check || { echo "test-faults-cluster: a cluster is running or left traces; make cluster-down first" >&2; exit 1; }
 	@trap 'hack/cluster.sh down || exit 1' EXIT; set -e; \

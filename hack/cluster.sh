@@ -9,6 +9,8 @@
 #   hack/cluster.sh exec CMD...   # run CMD inside the cluster's network namespace, KUBECONFIG set
 #   hack/cluster.sh restart kubelet|containerd   # stop one of the node's services (SIGTERM) and start
 #                           # it again, as a service manager does after a crash or an upgrade
+#   hack/cluster.sh reboot  # the node loses power and boots: every process of it killed, its mounts
+#                           # and loop devices gone, then its disk mounted and its services started
 #
 # Inside the namespace: a bridge with no ports, `node0`, holds the node's address (10.250.0.1), a default
 # route points at it (so nothing can leave), the bridge `cni0` (10.244.0.0/24) holds the Pods, and
@@ -65,9 +67,12 @@ HOST_PATHS="$DRIVER_DIR /var/lib/kubelet /var/log/pods /var/log/containers /var/
 in_netns() { nsenter --net="/run/netns/$NETNS" -- "$@"; }
 
 # start NAME CMD... : runs CMD in the namespace, in a session of its own, logging to NAME.log.
+# The pid recorded is the service's own: no function or subshell stands between (backgrounding one
+# would record the subshell's), nsenter enters a network namespace without forking, and setsid
+# forks only in a process-group leader, which a child of this script is not.
 start() {
   local name=$1; shift
-  in_netns setsid "$@" >"$STATE/logs/$name.log" 2>&1 </dev/null &
+  nsenter --net="/run/netns/$NETNS" -- setsid "$@" >"$STATE/logs/$name.log" 2>&1 </dev/null &
   echo "$! $name" >>"$STATE/pids"
 }
 
@@ -307,6 +312,7 @@ restart() {
   local name=$1 pid
   pid=$(awk -v name="$name" '$2 == name { pid = $1 } END { print pid }' "$STATE/pids")
   [ -n "$pid" ] || { log "no $name in this cluster"; exit 2; }
+  kill -0 "$pid" 2>/dev/null || { log "$name (pid $pid) is not running"; exit 1; }
   kill -TERM "$pid" 2>/dev/null || true
   for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   kill -KILL "$pid" 2>/dev/null || true
@@ -318,6 +324,46 @@ restart() {
   esac
   wait_for kubelet 120 kubectl wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s
   log "$name restarted (was pid $pid)"
+}
+
+# The node's processes: its services (the pids file), the containerd shims of its socket and the
+# containers (containerd's cgroup); not the processes that merely run in the namespace, as a test does.
+node_pids() {
+  awk '{ print $1 }' "$STATE/pids"
+  pgrep -f -- "-address $STATE/containerd/containerd.sock" || true
+  local procs
+  for procs in $(find /sys/fs/cgroup/pids/$CGROUP -name cgroup.procs 2>/dev/null); do cat "$procs"; done
+}
+
+# reboot: the node goes down as at a power cut and boots again. Every process of it is killed
+# (SIGKILL, no time to tidy), its mounts and loop devices go, and what a reboot clears goes (the
+# Pods' network namespaces and cgroups, containerd's and runc's runtime state); the network
+# namespace stands for the node's network and keeps its links. Then the driver's disk is mounted
+# and the services start as at boot; the kubelet brings the Pods back, their volumes mounted again
+# through the driver.
+reboot_node() {
+  local pids
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    pids=$(node_pids | sort -u | while read -r p; do if [ -e "/proc/$p" ]; then echo "$p"; fi; done)
+    [ -z "$pids" ] && break
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null || true; sleep 0.5
+  done
+  [ -z "$pids" ] || { log "reboot: processes survive SIGKILL: $pids"; exit 1; }
+  unmount_node
+  rm -rf "$STATE/containerd/state"
+  # runc's state lives in /run/containerd; it is the cluster's only when `up` made that directory.
+  grep -qx /run/containerd "$STATE/host-paths" && rm -rf /run/containerd
+  local name stamp; stamp=$(date +%s)
+  for name in $(awk '{ print $2 }' "$STATE/pids"); do
+    [ -f "$STATE/logs/$name.log" ] && mv "$STATE/logs/$name.log" "$STATE/logs/$name.$stamp.log"
+  done
+  : >"$STATE/pids"
+  log "node down: processes killed, mounts and loop devices gone"
+  mount -o loop "$STATE/driver-disk.img" "$DRIVER_DIR"
+  control_plane
+  node
+  log "node rebooted"
 }
 
 # push_root NAME TAG ROOT ENTRYPOINT...: an image of the directory ROOT, pushed to the registry.
@@ -456,6 +502,17 @@ cluster_loops() {
     | awk -v s="$STATE" -v d="$DRIVER_DIR" 'index($2, s "/") == 1 || index($2, d "/") == 1 || $2 ~ /^\/volumes\/[0-9a-f]+\.img$/ { print $1 }'
 }
 
+# The node's mounts, loop devices and cgroups, once its processes are gone. The volumes' loop
+# devices keep files on the driver's disk open: its mount goes after them.
+unmount_node() {
+  local m
+  for m in $(cluster_mounts | grep -vx "$DRIVER_DIR"); do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+  for m in $(cluster_loops); do losetup -d "$m" 2>/dev/null || true; done
+  if mountpoint -q "$DRIVER_DIR"; then umount "$DRIVER_DIR" 2>/dev/null || umount -l "$DRIVER_DIR" 2>/dev/null || true; fi
+  for m in $(cluster_loops); do losetup -d "$m" 2>/dev/null || true; done
+  for m in $(cluster_cgroups); do rmdir "$m" 2>/dev/null || true; done
+}
+
 down() {
   local pids
   for round in 1 2 3 4 5; do
@@ -464,13 +521,7 @@ down() {
     # shellcheck disable=SC2086
     if [ "$round" = 1 ]; then kill -TERM $pids 2>/dev/null || true; sleep 2; else kill -KILL $pids 2>/dev/null || true; sleep 0.5; fi
   done
-  local m
-  # The volumes' loop devices keep files on the driver's disk open: its mount goes after them.
-  for m in $(cluster_mounts | grep -vx "$DRIVER_DIR"); do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
-  for m in $(cluster_loops); do losetup -d "$m" 2>/dev/null || true; done
-  if mountpoint -q "$DRIVER_DIR"; then umount "$DRIVER_DIR" 2>/dev/null || umount -l "$DRIVER_DIR" 2>/dev/null || true; fi
-  for m in $(cluster_loops); do losetup -d "$m" 2>/dev/null || true; done
-  for m in $(cluster_cgroups); do rmdir "$m" 2>/dev/null || true; done
+  unmount_node
   [ -e "/run/netns/$NETNS" ] && ip netns del "$NETNS"
   # `ip netns add` made /run/netns a mount point of its own; undo it when nothing else uses it.
   if [ -f "$STATE/netns-dir-made" ] && [ -z "$(ls -A /run/netns 2>/dev/null)" ]; then
@@ -521,5 +572,9 @@ case "${1:-}" in
     # shellcheck disable=SC1091
     . "$STATE/env"
     restart "${2:-}" ;;
-  *) log "usage: hack/cluster.sh up|down|check|exec CMD...|restart kubelet|containerd"; exit 2 ;;
+  reboot)
+    # shellcheck disable=SC1091
+    . "$STATE/env"
+    reboot_node ;;
+  *) log "usage: hack/cluster.sh up|down|check|exec CMD...|restart kubelet|containerd|reboot"; exit 2 ;;
 esac

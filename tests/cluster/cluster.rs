@@ -61,10 +61,22 @@ pub fn ready(pod: &Pod) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// The log of one container of a Pod.
+/// The log of one container of a Pod, once the kubelet serves it (a kubelet that has just started
+/// again answers with an error for a while; an empty log would read as "no calls"). Empty if it is
+/// not served within a minute.
 pub async fn logs(client: &Client, namespace: &str, pod: &str, container: &str) -> String {
+    served_logs(client, namespace, pod, LogParams { container: Some(container.into()), ..LogParams::default() }).await
+}
+
+/// The log of `container`'s previous run in `pod`, as [`logs`] (empty when it has none).
+pub async fn previous_logs(client: &Client, namespace: &str, pod: &str, container: &str) -> String {
+    let params = LogParams { container: Some(container.into()), previous: true, ..LogParams::default() };
+    served_logs(client, namespace, pod, params).await
+}
+
+async fn served_logs(client: &Client, namespace: &str, pod: &str, params: LogParams) -> String {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    pods.logs(pod, &LogParams { container: Some(container.into()), ..LogParams::default() }).await.unwrap_or_default()
+    poll::until(poll::MINUTE, async || pods.logs(pod, &params).await.ok()).await.unwrap_or_default()
 }
 
 /// Waits for a manager Pod in `namespace` to become Ready through the kubelet's probes and to hold

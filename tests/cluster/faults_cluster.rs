@@ -21,7 +21,9 @@
 //!   the manager retries after the server's Retry-After and counts the 429s;
 //! - the driver's state directory full (its disk filled before the replication changes state): the
 //!   calls that must write fail with RESOURCE_EXHAUSTED, which the replication's status and the
-//!   jobs' retries show with what to do; once space is freed they go on, and the state is whole.
+//!   jobs' retries show with what to do; once space is freed they go on, and the state is whole;
+//! - the node rebooted (every process of it killed at once, its mounts and loop devices gone, then
+//!   booted): the kubelet brings every Pod back, a workload's volume mounted again with its data.
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -39,7 +41,7 @@ use testenv::process::{pids_where, signal};
 use crate::cluster::{self, CONTROLLER_PLUGIN_SELECTOR, DRIVER_NAMESPACE, NODE_PLUGIN_SELECTOR};
 use crate::driver_pods::{connected_nodes, csiaddons};
 use crate::story::replication_api;
-use crate::{api_fairness, evictions, full_disk};
+use crate::{api_fairness, evictions, full_disk, reboot};
 
 const NAMESPACE: &str = "faults";
 /// The driver's volumes bound at once (the shipped StorageClass waits for a Pod).
@@ -72,6 +74,7 @@ enum Fault {
     EvictNodePlugin,
     ShedLoad,
     FillStateDir,
+    RebootNode,
 }
 
 /// The batch a fault strikes: its jobs and its VolumeReplication.
@@ -91,6 +94,7 @@ impl Fault {
             Fault::EvictNodePlugin => "node plugin evicted",
             Fault::ShedLoad => "API server sheds load 60 s (429)",
             Fault::FillStateDir => "driver's disk full 45 s",
+            Fault::RebootNode => "node reboot",
         }
     }
 
@@ -104,6 +108,7 @@ impl Fault {
             Fault::EvictNodePlugin => "evict-node",
             Fault::ShedLoad => "shed",
             Fault::FillStateDir => "full",
+            Fault::RebootNode => "reboot",
         }
     }
 
@@ -143,6 +148,7 @@ impl Fault {
                 let ballast = ballast.unwrap_or_else(full_disk::fill);
                 full_disk::hold(ballast, batch.replications, batch.name, batch.jobs, batch.name).await
             }
+            Fault::RebootNode => reboot::reboot_node(client, NAMESPACE, CLASS).await,
         }
     }
 }
@@ -240,12 +246,19 @@ async fn remove_volumes(client: &Client) {
     Api::<StorageClass>::all(client.clone()).delete(CLASS, &DeleteParams::default()).await.unwrap();
 }
 
-/// How often the driver has been asked to reclaim each volume, from the controller plugin's log.
+/// How often the driver has been asked to reclaim each volume, from the controller plugin's log and,
+/// once its container was started again (the node rebooted), its previous container's log: the
+/// counts before and after a batch then both hold the calls of the container that ran before.
 async fn driver_calls(client: &Client) -> BTreeMap<String, usize> {
     let pods = cluster::running_pods(client, DRIVER_NAMESPACE, CONTROLLER_PLUGIN_SELECTOR).await;
     let mut calls = BTreeMap::new();
     for pod in pods {
-        let log = cluster::logs(client, DRIVER_NAMESPACE, &cluster::name(&pod), "driver").await;
+        let name = cluster::name(&pod);
+        let mut log = String::new();
+        if cluster::container_restarts(std::slice::from_ref(&pod)) > 0 {
+            log = cluster::previous_logs(client, DRIVER_NAMESPACE, &name, "driver").await;
+        }
+        log += &cluster::logs(client, DRIVER_NAMESPACE, &name, "driver").await;
         for (volume, count) in testenv::process::calls_per_volume(&log, "ControllerReclaimSpace") {
             *calls.entry(volume).or_default() += count;
         }
@@ -398,6 +411,7 @@ async fn faults_cluster_lose_no_job_and_leave_none_running() {
         Fault::EvictNodePlugin,
         Fault::ShedLoad,
         Fault::FillStateDir,
+        Fault::RebootNode,
     ];
     for fault in faults.into_iter().filter(|f| selected(*f)) {
         outcomes.push(run(&client, fault, &handles).await);

@@ -22,4 +22,5 @@ mod olm_upgrade;
 mod prometheus;
 mod rbac_audit;
 mod readme_helm;
+mod reboot;
 mod story;

@@ -169,6 +169,26 @@ async fn a_volume_goes_primary_secondary_resync_primary_and_is_released_on_delet
 }
 
 #[tokio::test]
+async fn a_replication_whose_class_is_gone_lets_go_of_its_pvc_on_deletion() {
+    let stage = FenceStage::new("vr-orphan").await;
+    let class = create_class(&stage).await;
+    replicated_pvc(&stage, "data", true).await;
+    create_vr(&stage, "vr", &class, "data", "primary").await;
+    vr_status(&stage, "vr", "Primary", |s| s["state"] == "Primary").await;
+    // Nothing is left to disable through: the replication goes, and so does its claim on the PVC
+    // (else the PVC, and its namespace, could never be deleted).
+    cluster_of(&stage.client, GROUP, "VolumeReplicationClass").delete(&class, &DeleteParams::default()).await.unwrap();
+    replications(&stage).delete("vr", &DeleteParams::default()).await.unwrap();
+    let api = replications(&stage);
+    stage.manager.eventually("the VolumeReplication to go", async |_| api.get_opt("vr").await.unwrap().is_none()).await;
+    let pvcs = Api::<PersistentVolumeClaim>::namespaced(stage.client.clone(), &stage.namespace);
+    let pvc = pvcs.get("data").await.unwrap();
+    assert!(!pvc.metadata.annotations.unwrap_or_default().contains_key(VR_OWNER));
+    let finalizers = pvc.metadata.finalizers.unwrap_or_default();
+    assert!(!finalizers.contains(&"replication.storage.openshift.io/pvc-protection".into()), "{finalizers:?}");
+}
+
+#[tokio::test]
 async fn a_driver_error_and_a_group_member_each_fail_with_a_clear_message() {
     let stage = FenceStage::new("vr-fail").await;
     let class = create_class(&stage).await;

@@ -112,10 +112,15 @@ pub(crate) async fn reconcile(vr: Arc<VolumeReplication>, ctx: Arc<Retrying>) ->
     }
     let volume = match fetch(&ctx, &vr).await {
         Ok(volume) => volume,
+        // No sidecar registered yet, as just after the manager or the driver started: the
+        // replication is disabled once one is, never skipped.
+        Err(problem @ Problem::NoLeader(_)) if deleting => return fail(&ctx, &vr, problem).await,
         Err(problem) if deleting => {
-            // Nothing left to disable through (the PVC or the class is gone): let it go.
+            // Nothing left to disable through (the PVC or the class is gone, or the driver cannot
+            // replicate): let it go, and let go of a PVC that is still claimed.
             tracing::info!(vr = %vr.name_any(), why = %problem, "deleting without DisableVolumeReplication");
-            release(&ctx, &vr, None).await?;
+            let claimed = source::fetch_claimed(&ctx, &vr).await?;
+            release(&ctx, &vr, claimed.as_ref()).await?;
             return Ok(Action::await_change());
         }
         Err(problem) => return fail(&ctx, &vr, problem).await,

@@ -186,6 +186,31 @@ pub async fn claim(ctx: &Core, vr: &VolumeReplication, source: &Source) -> Resul
     Ok(())
 }
 
+/// The source as it stands, when a VolumeReplication that cannot be served (its class or driver is
+/// gone) still has something to release: its PVC, or its group and the group's content.
+pub async fn fetch_claimed(ctx: &Core, vr: &VolumeReplication) -> Result<Option<Source>, kube::Error> {
+    let namespace = vr.namespace().unwrap_or_default();
+    let name = &vr.spec.data_source.name;
+    match vr.spec.data_source.kind.as_str() {
+        "PersistentVolumeClaim" => {
+            let pvcs = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &namespace);
+            Ok(pvcs.get_opt(name).await?.map(|pvc| Source::Pvc(Box::new(pvc))))
+        }
+        "VolumeGroupReplication" => {
+            let groups = Api::<VolumeGroupReplication>::namespaced(ctx.client.clone(), &namespace);
+            let Some(vgr) = groups.get_opt(name).await? else { return Ok(None) };
+            let content_name = vgr.spec.volume_group_replication_content_name.clone().unwrap_or_default();
+            if content_name.is_empty() {
+                return Ok(None);
+            }
+            let contents = Api::<VolumeGroupReplicationContent>::all(ctx.client.clone());
+            let content = contents.get_opt(&content_name).await?;
+            Ok(content.map(|content| Source::Group { vgr: Box::new(vgr), content: Box::new(content) }))
+        }
+        _ => Ok(None),
+    }
+}
+
 /// Undoes `claim` where the source is still this VolumeReplication's.
 pub async fn release(ctx: &Core, vr: &VolumeReplication, source: Option<&Source>) -> Result<(), kube::Error> {
     let name = vr.name_any();
