@@ -396,7 +396,7 @@ async fn run(client: &Client, fault: Fault, handles: &[String]) -> FaultRow {
 }
 
 #[tokio::test]
-#[ignore = "restarts the one-node cluster's kubelet and containerd, stops its driver, evicts Pods, fills its disk: make test-faults-cluster"]
+#[ignore = "restarts the one-node cluster's kubelet and containerd, stops its driver, evicts Pods, fills its disk, reboots the node: make test-faults-cluster"]
 async fn faults_cluster_lose_no_job_and_leave_none_running() {
     let client = cluster::client().await;
     let made = Instant::now();
