@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use kube::Client;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use testenv::poll;
 
@@ -153,7 +153,7 @@ spec:
       operations: [UPDATE]
       resources: [reclaimspacejobs/status]
   validations:
-  - expression: "object.metadata.name != 'refused-on-purpose'"
+  - expression: "!(object.metadata.name in ['refused-on-purpose', 'fails-on-purpose'])"
     message: a cluster policy refuses this job's status
     reason: Forbidden
 ---
@@ -192,10 +192,19 @@ async fn fail_on_purpose(client: &Client) {
     println!("ReclaimSpaceJob fails-on-purpose: Failed: {}", status["message"]);
 
     run(&format!("kubectl apply -f - <<'EOF'{REFUSING_POLICY}EOF"));
-    // The API server takes the policy in within a second or two; a job made before would pass.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The API server takes the policy in after a while (a job made before would pass): it is in
+    // force once it refuses a dry-run status write of the finished job it also names.
+    let probe = PatchParams { dry_run: true, ..PatchParams::default() };
+    let in_force = poll::until(poll::MINUTE, async || {
+        let body = json!({"status": {"message": "probe"}});
+        let refused = jobs.patch_status("fails-on-purpose", &probe, &Patch::Merge(&body)).await.err()?;
+        refused.to_string().contains("a cluster policy refuses").then_some(())
+    })
+    .await;
+    assert!(in_force.is_some(), "the API server enforces the refusing policy");
     jobs.create(&PostParams::default(), &reclaim_job("refused-on-purpose", "story", 6)).await.unwrap();
-    let refused = poll::until(poll::MINUTE, async || {
+    // Prometheus sees the rise once it has scraped the leader twice since the first refusal.
+    let refused = poll::until(2 * poll::MINUTE, async || {
         let errors = query(
             client,
             "increase(controller_runtime_reconcile_errors_total{controller=\"reclaimspacejob\"}[5m]) > 0",
