@@ -61,6 +61,14 @@ pub fn ready(pod: &Pod) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// Runs `hack/cluster.sh ARGS...` from inside the cluster's network namespace (where the tests run)
+/// and asserts that it succeeds. Blocks: call it from a blocking thread.
+pub fn cluster_script(args: &[&str]) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../hack/cluster.sh");
+    let status = std::process::Command::new(script).args(args).status().unwrap();
+    assert!(status.success(), "hack/cluster.sh {}", args.join(" "));
+}
+
 /// The log of one container of a Pod, once the kubelet serves it (a kubelet that has just started
 /// again answers with an error for a while; an empty log would read as "no calls"). Empty if it is
 /// not served within a minute.

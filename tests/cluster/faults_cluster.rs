@@ -20,8 +20,8 @@
 //! - the API server shedding the manager's load for a minute (Priority and Fairness answering 429):
 //!   the manager retries after the server's Retry-After and counts the 429s;
 //! - the driver's state directory full (its disk filled before the replication changes state): the
-//!   calls that must write fail with RESOURCE_EXHAUSTED, which the replication's status and the
-//!   jobs' retries show with what to do; once space is freed they go on, and the state is whole;
+//!   calls that must write fail with RESOURCE_EXHAUSTED, which the replication's status shows with
+//!   what to do (reclaiming needs no space); once space is freed it goes on, and the state is whole;
 //! - the node rebooted (every process of it killed at once, its mounts and loop devices gone, then
 //!   booted): the kubelet brings every Pod back, a workload's volume mounted again with its data.
 use std::collections::BTreeMap;
@@ -77,9 +77,8 @@ enum Fault {
     RebootNode,
 }
 
-/// The batch a fault strikes: its jobs and its VolumeReplication.
+/// The batch a fault strikes: its VolumeReplication.
 struct Batch<'a> {
-    jobs: &'a Api<DynamicObject>,
     replications: &'a Api<DynamicObject>,
     name: &'a str,
 }
@@ -144,20 +143,15 @@ impl Fault {
             Fault::EvictManager => evictions::evict_leading_manager(client).await,
             Fault::EvictNodePlugin => evictions::evict_node_plugin(client).await,
             Fault::ShedLoad => api_fairness::shed_manager_load(client, SHED).await,
-            Fault::FillStateDir => {
-                let ballast = ballast.unwrap_or_else(full_disk::fill);
-                full_disk::hold(ballast, batch.replications, batch.name, batch.jobs, batch.name).await
-            }
+            Fault::FillStateDir => full_disk::hold(ballast, batch.replications, batch.name).await,
             Fault::RebootNode => reboot::reboot_node(client, NAMESPACE, CLASS).await,
         }
     }
 }
 
-/// `hack/cluster.sh restart NAME`, from inside the cluster's network namespace (where the tests run).
+/// `hack/cluster.sh restart NAME`.
 fn restart(process: &str) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../hack/cluster.sh");
-    let status = std::process::Command::new(script).args(["restart", process]).status().unwrap();
-    assert!(status.success(), "hack/cluster.sh restart {process}");
+    cluster::cluster_script(&["restart", process]);
 }
 
 /// The controller plugin's driver process, stopped until this is dropped (a failing test too
@@ -343,7 +337,7 @@ async fn run(client: &Client, fault: Fault, handles: &[String]) -> FaultRow {
     replications.patch(prefix, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     let in_flight = results(&jobs, prefix).await.2.len();
     let struck = if fault.strikes_first() { struck_first } else { Instant::now() };
-    let batch = Batch { jobs: &jobs, replications: &replications, name: prefix };
+    let batch = Batch { replications: &replications, name: prefix };
     fault.strike(client, batch, ballast).await;
     let ended = poll::until(10 * poll::MINUTE, async || {
         let (_, _, unfinished) = results(&jobs, prefix).await;

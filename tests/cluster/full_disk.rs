@@ -55,52 +55,37 @@ pub fn fill() -> Ballast {
     ballast
 }
 
-/// The first message in `objects` containing the driver's advice: the status's own message, or that
-/// of a condition (a retrying job's last failure).
-fn advice(objects: &[DynamicObject]) -> Option<String> {
-    objects.iter().find_map(|object| {
-        let status = object.data.get("status")?;
-        let own = status.get("message").into_iter();
-        let conditions = status.get("conditions").and_then(|c| c.as_array()).into_iter().flatten();
-        own.chain(conditions.filter_map(|c| c.get("message")))
-            .filter_map(|m| m.as_str())
-            .find(|m| m.contains(ADVICE))
-            .map(str::to_owned)
-    })
+/// The status message, or a condition's, of `object` that carries the driver's advice.
+fn advice(object: &DynamicObject) -> Option<String> {
+    let status = object.data.get("status")?;
+    let own = status.get("message").into_iter();
+    let conditions = status.get("conditions").and_then(|c| c.as_array()).into_iter().flatten();
+    own.chain(conditions.filter_map(|c| c.get("message")))
+        .filter_map(|m| m.as_str())
+        .find(|m| m.contains(ADVICE))
+        .map(str::to_owned)
 }
 
-/// Keeps the disk full for [`FULL`], then frees it. Asserts that the replication `replication`,
-/// whose change the driver could not save, said the disk is full, and that the driver's state file
-/// is whole with no temporary file left. The jobs of batch `batch` need no space (reclaiming frees
-/// it: the batch's volumes, never formatted, have their zeroed ranges punched out), so a job that
-/// said so is printed, not required.
-pub async fn hold(
-    ballast: Ballast,
-    replications: &Api<DynamicObject>,
-    replication: &str,
-    jobs: &Api<DynamicObject>,
-    batch: &str,
-) {
+/// Keeps the disk full for [`FULL`] (`ballast` filled it, `None`: fills it now), then frees it.
+/// Asserts that the replication `replication`, whose change the driver could not save, said the
+/// disk is full, and that the driver's state file is whole with no temporary file left. The batch's
+/// jobs need no space (reclaiming frees it: the volumes, never formatted, have their zeroed ranges
+/// punched out), so they are not watched here; the fault table shows how they ended.
+pub async fn hold(ballast: Option<Ballast>, replications: &Api<DynamicObject>, replication: &str) {
+    let ballast = ballast.unwrap_or_else(fill);
     let full = Instant::now();
-    let (mut replication_said, mut job_said) = (None, None);
+    let mut said = None;
     while full.elapsed() < FULL {
-        if replication_said.is_none()
+        if said.is_none()
             && let Ok(object) = replications.get(replication).await
         {
-            replication_said = advice(&[object]);
-        }
-        if job_said.is_none() {
-            let labels = kube::api::ListParams::default().labels(&format!("batch={batch}"));
-            job_said = advice(&jobs.list(&labels).await.map(|l| l.items).unwrap_or_default());
+            said = advice(&object);
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     drop(ballast);
-    let replication_said = replication_said.expect("the replication's status says the driver's disk is full");
-    println!("state directory full: the replication said: {replication_said}");
-    if let Some(job_said) = job_said {
-        println!("state directory full: a job said: {job_said}");
-    }
+    let said = said.expect("the replication's status says the driver's disk is full");
+    println!("state directory full: the replication said: {said}");
     let dir = Path::new(DRIVER_STATE_DIR);
     let state = std::fs::read(dir.join("state.json")).expect("the driver's state file is there");
     serde_json::from_slice::<serde_json::Value>(&state).expect("the driver's state file is whole JSON");

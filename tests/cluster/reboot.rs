@@ -50,13 +50,7 @@ async fn start_workload(client: &Client, namespace: &str, class: &str) -> Api<Po
 pub async fn reboot_node(client: &Client, namespace: &str, class: &str) {
     let pods = start_workload(client, namespace, class).await;
     let rebooted = Instant::now();
-    tokio::task::spawn_blocking(|| {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../hack/cluster.sh");
-        let status = std::process::Command::new(script).arg("reboot").status().unwrap();
-        assert!(status.success(), "hack/cluster.sh reboot");
-    })
-    .await
-    .unwrap();
+    tokio::task::spawn_blocking(|| cluster::cluster_script(&["reboot"])).await.unwrap();
     println!(
         "node reboot: the node's services ran again {:.1} s after the power cut",
         rebooted.elapsed().as_secs_f64()
