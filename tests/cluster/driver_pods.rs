@@ -70,7 +70,7 @@ async fn the_plugin_is_registered_and_every_sidecar_connected_through_its_pod() 
 }
 
 /// A PVC of the driver's StorageClass and a Pod writing 16 MiB to it and deleting them again, once
-/// the Pod runs.
+/// the deletion is synced (so a reclaim after it finds the blocks free).
 pub async fn workload(client: &Client, name: &str) -> Pod {
     workload_labelled(client, name, None).await
 }
@@ -79,10 +79,21 @@ pub async fn workload(client: &Client, name: &str) -> Pod {
 pub async fn workload_labelled(client: &Client, name: &str, label: Option<(&str, &str)>) -> Pod {
     start_workload(client, name, label).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), WORKLOADS);
-    poll::until(cluster::POD_START, async || pods.get(name).await.ok().filter(cluster::ready))
+    let pod = poll::until(cluster::POD_START, async || pods.get(name).await.ok().filter(cluster::ready))
         .await
-        .unwrap_or_else(|| panic!("the workload {name} starts with its volume mounted"))
+        .unwrap_or_else(|| panic!("the workload {name} starts with its volume mounted"));
+    // Ready comes when the shell starts; the line comes after `rm` and the second `sync`.
+    let freed = poll::until(poll::MINUTE, async || {
+        let log = pods.logs(name, &Default::default()).await.ok()?;
+        log.contains(FREED).then_some(())
+    })
+    .await;
+    assert!(freed.is_some(), "the workload {name} wrote 16 MiB to its volume and deleted them again");
+    pod
 }
+
+/// What the workload prints once the 16 MiB it wrote are deleted and the deletion synced.
+const FREED: &str = "blob freed";
 
 /// Creates the PVC and the Pod of [`workload`] without waiting for them.
 pub async fn start_workload(client: &Client, name: &str, label: Option<(&str, &str)>) {
@@ -102,7 +113,7 @@ pub async fn start_workload(client: &Client, name: &str, label: Option<(&str, &s
     let pod = json!({
         "metadata": {"name": name},
         "spec": {"containers": [{"name": "app", "image": "busybox:1.36.0",
-            "command": ["/bin/sh", "-c", "dd if=/dev/zero of=/data/blob bs=1M count=16 && sync && rm /data/blob && sync && echo written > /data/done && exec sleep 3600"],
+            "command": ["/bin/sh", "-c", format!("dd if=/dev/zero of=/data/blob bs=1M count=16 && sync && rm /data/blob && sync && echo written > /data/done && echo '{FREED}' && exec sleep 3600")],
             "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
           "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": name}}]}
     });
@@ -129,12 +140,8 @@ async fn a_workloads_volume_is_attached_staged_published_and_reclaimed() {
     assert_eq!(attached.status.map(|s| s.attached), Some(true), "csi-attacher attached it (ControllerPublishVolume)");
     // The Pod wrote, so the kubelet staged and published the volume.
     let pods: Api<Pod> = Api::namespaced(client.clone(), WORKLOADS);
-    let written = poll::until(poll::MINUTE, async || {
-        let log = pods.logs("app", &Default::default()).await.ok()?;
-        log.contains("16+0 records out").then_some(())
-    })
-    .await;
-    assert!(written.is_some(), "the workload wrote 16 MiB to its volume");
+    let log = pods.logs("app", &Default::default()).await.unwrap_or_default();
+    assert!(log.contains("16+0 records out"), "the workload wrote 16 MiB to its volume: {log}");
 
     let jobs = csiaddons(&client, "ReclaimSpaceJob", WORKLOADS);
     let job: DynamicObject = serde_json::from_value(json!({
