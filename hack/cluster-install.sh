@@ -7,6 +7,8 @@
 #   hack/cluster-install.sh driver-from-operator  # the operator's sample ReferenceCSIDriver, waited for
 #   hack/cluster-install.sh remove-driver    # the tests' workloads (their volumes deleted by the driver), then
 #                                            # deploy/reference-driver/, so the driver operator can install it
+#   hack/cluster-install.sh second-driver    # tests/cluster/second-driver/: a second reference driver beside the
+#                                            # first (the network-partition fault); remove-second-driver removes it
 # The shipped YAMLs are applied as users get them: the cluster's containerd takes ghcr.io/csi-addons-rs/…
 # and registry.k8s.io/sig-storage/… from its own registry, where hack/images.sh pushed them.
 set -euo pipefail
@@ -65,5 +67,18 @@ case "$what" in
     "$(KUSTOMIZE_QUIET=1 "$here/kustomize.sh")" build "$root/deploy/reference-driver" \
       | kubectl delete --ignore-not-found --timeout=180s -f - >/dev/null
     ;;
-  *) log "usage: hack/cluster-install.sh controller|driver|driver-operator|driver-from-operator|remove-driver"; exit 2 ;;
+  second-driver)
+    "$(KUSTOMIZE_QUIET=1 "$here/kustomize.sh")" build "$root/tests/cluster/second-driver" | kubectl apply --server-side -f - >/dev/null
+    kubectl -n csi-addons-reference-second rollout status statefulset/second-reference-driver-controller --timeout=180s >&2
+    ;;
+  remove-second-driver)
+    # Its Pod first, while its RBAC still holds (as remove-driver); its volumes are gone already.
+    kubectl -n csi-addons-reference-second delete statefulset --all --cascade=foreground --ignore-not-found \
+      --timeout=180s >/dev/null
+    "$(KUSTOMIZE_QUIET=1 "$here/kustomize.sh")" build "$root/tests/cluster/second-driver" \
+      | kubectl delete --ignore-not-found --timeout=180s -f - >/dev/null
+    # Its state, in a directory of the first driver's disk (see tests/cluster/second-driver/).
+    rm -rf /var/lib/csi-addons-reference/second-driver
+    ;;
+  *) log "usage: hack/cluster-install.sh controller|driver|driver-operator|driver-from-operator|remove-driver|second-driver|remove-second-driver"; exit 2 ;;
 esac

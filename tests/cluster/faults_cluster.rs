@@ -23,7 +23,10 @@
 //!   calls that must write fail with RESOURCE_EXHAUSTED, which the replication's status shows with
 //!   what to do (reclaiming needs no space); once space is freed it goes on, and the state is whole;
 //! - the node rebooted (every process of it killed at once, its mounts and loop devices gone, then
-//!   booted): the kubelet brings every Pod back, a workload's volume mounted again with its data.
+//!   booted): the kubelet brings every Pod back, a workload's volume mounted again with its data;
+//! - the network between the manager and the controller plugin's sidecar cut for a minute (its
+//!   packets dropped): the calls in flight wait and the rest of the batch queues, while a second
+//!   driver's jobs, made during the cut, all end Succeeded before it heals.
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -40,6 +43,7 @@ use testenv::process::{pids_where, signal};
 
 use crate::cluster::{self, CONTROLLER_PLUGIN_SELECTOR, DRIVER_NAMESPACE, NODE_PLUGIN_SELECTOR};
 use crate::driver_pods::{connected_nodes, csiaddons};
+use crate::partition::{self, SecondDriver};
 use crate::story::replication_api;
 use crate::{api_fairness, evictions, full_disk, reboot};
 
@@ -75,12 +79,16 @@ enum Fault {
     ShedLoad,
     FillStateDir,
     RebootNode,
+    PartitionSidecar,
 }
 
-/// The batch a fault strikes: its VolumeReplication.
+/// The batch a fault strikes: its VolumeReplication, and what the fault made ready before it.
 struct Batch<'a> {
     replications: &'a Api<DynamicObject>,
     name: &'a str,
+    /// What filled the disk, when the fault struck first.
+    ballast: Option<full_disk::Ballast>,
+    second: Option<&'a SecondDriver>,
 }
 
 impl Fault {
@@ -94,6 +102,7 @@ impl Fault {
             Fault::ShedLoad => "API server sheds load 60 s (429)",
             Fault::FillStateDir => "driver's disk full 45 s",
             Fault::RebootNode => "node reboot",
+            Fault::PartitionSidecar => "sidecar cut off 60 s (dropped)",
         }
     }
 
@@ -108,6 +117,7 @@ impl Fault {
             Fault::ShedLoad => "shed",
             Fault::FillStateDir => "full",
             Fault::RebootNode => "reboot",
+            Fault::PartitionSidecar => "partition",
         }
     }
 
@@ -126,8 +136,8 @@ impl Fault {
         matches!(self, Fault::FillStateDir)
     }
 
-    /// Strikes and lasts; `ballast` is what filled the disk, when the fault struck first.
-    async fn strike(self, client: &Client, batch: Batch<'_>, ballast: Option<full_disk::Ballast>) {
+    /// Strikes and lasts.
+    async fn strike(self, client: &Client, batch: Batch<'_>) {
         let blocking = |strike: fn()| async move { tokio::task::spawn_blocking(strike).await.unwrap() };
         match self {
             Fault::RestartKubelet => blocking(|| restart("kubelet")).await,
@@ -143,8 +153,14 @@ impl Fault {
             Fault::EvictManager => evictions::evict_leading_manager(client).await,
             Fault::EvictNodePlugin => evictions::evict_node_plugin(client).await,
             Fault::ShedLoad => api_fairness::shed_manager_load(client, SHED).await,
-            Fault::FillStateDir => full_disk::hold(ballast, batch.replications, batch.name).await,
+            Fault::FillStateDir => full_disk::hold(batch.ballast, batch.replications, batch.name).await,
             Fault::RebootNode => reboot::reboot_node(client, NAMESPACE, CLASS).await,
+            Fault::PartitionSidecar => {
+                let second = batch.second.expect("the second driver is installed before the cut");
+                let jobs = csiaddons(client, "ReclaimSpaceJob", NAMESPACE);
+                let unfinished = async || results(&jobs, batch.name).await.2.len();
+                partition::cut_while_the_second_driver_works(client, second, unfinished).await
+            }
         }
     }
 }
@@ -288,6 +304,10 @@ async fn restarts(client: &Client) -> i32 {
 
 async fn run(client: &Client, fault: Fault, handles: &[String]) -> FaultRow {
     let prefix = fault.batch();
+    let second = match fault {
+        Fault::PartitionSidecar => Some(SecondDriver::install(client).await),
+        _ => None,
+    };
     let jobs = csiaddons(client, "ReclaimSpaceJob", NAMESPACE);
     let replications = replication_api(client, "VolumeReplication", Some(NAMESPACE));
     let replication: DynamicObject = serde_json::from_value(json!({
@@ -337,8 +357,8 @@ async fn run(client: &Client, fault: Fault, handles: &[String]) -> FaultRow {
     replications.patch(prefix, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     let in_flight = results(&jobs, prefix).await.2.len();
     let struck = if fault.strikes_first() { struck_first } else { Instant::now() };
-    let batch = Batch { replications: &replications, name: prefix };
-    fault.strike(client, batch, ballast).await;
+    let batch = Batch { replications: &replications, name: prefix, ballast, second: second.as_ref() };
+    fault.strike(client, batch).await;
     let ended = poll::until(10 * poll::MINUTE, async || {
         let (_, _, unfinished) = results(&jobs, prefix).await;
         unfinished.is_empty().then_some(())
@@ -375,6 +395,9 @@ async fn run(client: &Client, fault: Fault, handles: &[String]) -> FaultRow {
     }
     println!("{}: {restarted} container restarts in the cluster's Pods", fault.label());
     replications.delete(prefix, &DeleteParams::default()).await.unwrap();
+    if let Some(second) = second {
+        second.remove(client).await;
+    }
     FaultRow {
         fault: fault.label(),
         jobs: handles.len(),
@@ -390,7 +413,7 @@ async fn run(client: &Client, fault: Fault, handles: &[String]) -> FaultRow {
 }
 
 #[tokio::test]
-#[ignore = "restarts the one-node cluster's kubelet and containerd, stops its driver, evicts Pods, fills its disk, reboots the node: make test-faults-cluster"]
+#[ignore = "restarts the one-node cluster's kubelet and containerd, stops its driver, evicts Pods, fills its disk, reboots the node, cuts a sidecar off: make test-faults-cluster"]
 async fn faults_cluster_lose_no_job_and_leave_none_running() {
     let client = cluster::client().await;
     let made = Instant::now();
@@ -406,6 +429,7 @@ async fn faults_cluster_lose_no_job_and_leave_none_running() {
         Fault::ShedLoad,
         Fault::FillStateDir,
         Fault::RebootNode,
+        Fault::PartitionSidecar,
     ];
     for fault in faults.into_iter().filter(|f| selected(*f)) {
         outcomes.push(run(&client, fault, &handles).await);

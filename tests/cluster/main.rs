@@ -19,6 +19,7 @@ mod olm_driver;
 mod olm_hub;
 mod olm_scorecard;
 mod olm_upgrade;
+mod partition;
 mod prometheus;
 mod rbac_audit;
 mod readme_helm;

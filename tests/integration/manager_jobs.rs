@@ -6,6 +6,8 @@ use kube::api::Api;
 use serde_json::json;
 
 use crate::manager_harness::{Stage, attach, bound_pvc, create_job, job_result, set_phase};
+use crate::recording_driver::RecordingDriver;
+use crate::sidecar_harness::{Serving, SidecarProcess, Workload, sidecar_pod};
 
 const NODE: &str = "node-a";
 
@@ -260,4 +262,57 @@ async fn key_rotation_of_a_volume_attached_nowhere_fails_with_the_reason() {
     assert!(message.contains("is not attached to any node"), "{message}");
     assert_eq!(status["retries"], 1, "{status}");
     assert_eq!(stage.driver.count("encryption_key_rotate"), 0);
+}
+
+/// A driver whose sidecar stops answering holds up only its own jobs: of four workers its passes
+/// take three, and another driver's job runs on the fourth while those calls still hang. Its jobs
+/// over the share wait without a call, and each runs as soon as one of its driver's calls ends.
+#[tokio::test]
+async fn a_driver_that_stops_answering_leaves_workers_for_another_drivers_jobs() {
+    const CALL: &str = "controller_reclaim_space";
+    let capabilities = ["service.CONTROLLER_SERVICE", "reclaim_space.OFFLINE"];
+    let stage = Stage::with_flags("rsj-shares", &capabilities, &["--max-concurrent-reconciles=4"]).await;
+    let _sidecar = stage.sidecar(NODE).await;
+    let other_name = "rsj-shares-other.csi-addons-rs.io";
+    let other = RecordingDriver::start(other_name, true, false);
+    other.advertise(&capabilities);
+    let pod = sidecar_pod(&stage.client, &stage.namespace, NODE, Workload::DaemonSet, "other").await;
+    let other_sidecar = SidecarProcess::start(&pod, NODE, &other.endpoint(), Serving::Plain, &[]);
+    other_sidecar.wait_leader(true).await;
+    let nodes = stage.api("CSIAddonsNode");
+    stage
+        .manager
+        .eventually("both CSIAddonsNodes to be Connected", async |_| {
+            let list = nodes.list(&Default::default()).await.unwrap();
+            list.items.iter().filter(|n| n.data.pointer("/status/state") == Some(&json!("Connected"))).count() == 2
+        })
+        .await;
+
+    stage.driver.hold(CALL);
+    for i in 0..5 {
+        let pvc = format!("stalled-{i}");
+        bound_pvc(&stage.client, &stage.namespace, &pvc, &stage.driver_name, None, json!({})).await;
+        create_job(&stage.client, &stage.namespace, "ReclaimSpaceJob", &pvc, target(&pvc)).await;
+    }
+    stage
+        .manager
+        .eventually("three of the stalled driver's calls to hang", async |_| stage.driver.in_flight(CALL) == 3)
+        .await;
+
+    bound_pvc(&stage.client, &stage.namespace, "other", other_name, None, json!({})).await;
+    let status = stage.job("ReclaimSpaceJob", "other", target("other")).await;
+    assert_eq!(status["result"], "Succeeded", "{status}");
+    assert_eq!(other.count(CALL), 1);
+    assert_eq!(stage.driver.in_flight(CALL), 3, "the other driver's job ended while the stalled calls hung");
+    assert_eq!(stage.driver.count(CALL), 0, "no held call has answered");
+
+    stage.driver.release(CALL);
+    let jobs = stage.api("ReclaimSpaceJob");
+    for i in 0..5 {
+        let status = job_result(&stage.manager, &jobs, &format!("stalled-{i}")).await;
+        assert_eq!(status["result"], "Succeeded", "stalled-{i}: {status}");
+        assert_eq!(status["retries"], 0, "stalled-{i} waited for its share without a failed attempt: {status}");
+    }
+    assert_eq!(stage.driver.count(CALL), 5, "one call per job");
+    assert_eq!(stage.driver.max_in_flight(CALL), 3, "never more than the driver's share at once");
 }

@@ -22,6 +22,8 @@ pub struct Recorder {
     failing: Arc<Mutex<Option<Failing>>>,
     /// Methods that answer only after a while.
     delays: Arc<Mutex<Vec<(String, std::time::Duration)>>>,
+    /// Methods whose calls wait until they are released.
+    holds: Arc<tokio::sync::watch::Sender<Vec<String>>>,
     /// Per method: calls in flight now, and the most there ever were at once.
     flights: Arc<Mutex<std::collections::HashMap<String, (usize, usize)>>>,
     condition: Arc<Mutex<Option<csi::VolumeCondition>>>,
@@ -91,6 +93,8 @@ macro_rules! recorded {
                     if let Some(delay) = self.delay_of(stringify!($method)) {
                         tokio::time::sleep(delay).await;
                     }
+                    let mut holds = self.holds.subscribe();
+                    let _ = holds.wait_for(|held| !held.iter().any(|m| m == stringify!($method))).await;
                     self.record(stringify!($method), request.into_inner(), value(self))
                 }
             )*
@@ -277,6 +281,7 @@ impl RecordingDriver {
             log: Arc::default(),
             failing: Arc::default(),
             delays: Arc::default(),
+            holds: Arc::new(tokio::sync::watch::Sender::new(Vec::new())),
             flights: Arc::default(),
             condition: Arc::default(),
             advertised: Arc::default(),
@@ -317,6 +322,21 @@ impl RecordingDriver {
     /// The most calls of `method` there were in flight at once.
     pub fn max_in_flight(&self, method: &str) -> usize {
         self.recorder.flights.lock().unwrap().get(method).map_or(0, |(_, most)| *most)
+    }
+
+    /// How many calls of `method` are in flight now.
+    pub fn in_flight(&self, method: &str) -> usize {
+        self.recorder.flights.lock().unwrap().get(method).map_or(0, |(now, _)| *now)
+    }
+
+    /// From now on calls of `method` wait until [`Self::release`] (a sidecar that stops answering).
+    pub fn hold(&self, method: &str) {
+        self.recorder.holds.send_modify(|held| held.push(method.to_owned()));
+    }
+
+    /// The calls of `method` held answer, and later ones at once.
+    pub fn release(&self, method: &str) {
+        self.recorder.holds.send_modify(|held| held.retain(|m| m != method));
     }
 
     pub fn count(&self, method: &str) -> usize {

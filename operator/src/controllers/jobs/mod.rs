@@ -1,27 +1,30 @@
 //! One reconciler for both one-shot job kinds (ReclaimSpaceJob, EncryptionKeyRotationJob; upstream
 //! has two near-copies). fetch (job, PVC, PV, attachment) → validate → decide
-//! (`decide::next_step`) → act (the kind's sidecar calls) → status and events. What differs per
-//! kind is the `JobKind` implementation in `kinds`.
+//! (`decide::next_step`) → act (the kind's sidecar calls, within the driver's share of the workers:
+//! `shares`) → status and events. What differs per kind is the `JobKind` implementation in `kinds`.
 pub mod attachments;
 pub mod decide;
 pub mod kinds;
+pub mod shares;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use api::csiaddons::OperationResult;
-use futures::Future;
+use futures::{Future, StreamExt};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use self::attachments::{Attachments, NotSynced};
 use self::decide::{Limits, NoReclaimCall, Step, next_step};
+use self::shares::{JobKey, Shares};
 use crate::compact::CsiPv;
 use crate::core::Core;
 use crate::core::backoff::{Backoff, prune_periodically};
@@ -111,6 +114,8 @@ pub type JobContext = Context<JobState>;
 /// What the job controllers alone keep.
 pub struct JobState {
     attachments: Arc<Attachments>,
+    /// Each driver's share of the workers, and the jobs waiting for one.
+    shares: Arc<Shares>,
     /// Failed attempts of jobs without a result yet. In memory only: after a restart a job
     /// retries at once (its status says how many failed), then backs off again.
     failures: Backoff,
@@ -177,8 +182,10 @@ pub async fn run<K: JobKind>(
         job.keep_only_outcome();
     });
     core.caches.follow(K::CONTROLLER, ready);
+    let (shares, woken) = Shares::new(core.settings().max_concurrent_reconciles);
     let state = JobState {
         attachments,
+        shares,
         failures: Backoff::default(),
         finished: Mutex::default(),
         unrecorded: Mutex::default(),
@@ -187,15 +194,19 @@ pub async fn run<K: JobKind>(
     // Jobs deleted before they finished (pruned, replaced, garbage-collected) are forgotten.
     prune_periodically(Arc::downgrade(&ctx), store.clone(), |ctx: &JobContext, live| {
         ctx.state.failures.retain(live);
+        ctx.state.shares.retain(live);
         locked(&ctx.state.finished).retain(|uid| live.contains(uid));
         locked(&ctx.state.unrecorded).retain(|uid, _| live.contains(uid));
     });
-    let controller = Controller::for_stream(changes, store);
+    // A job queued for its driver's share runs again as soon as a call of that driver ends.
+    let woken = woken.map(|job| ObjectRef::<K>::new(&job.name).within(&job.namespace));
+    let controller = Controller::for_stream(changes, store).reconcile_on(woken);
     crate::core::run::run_controller(controller, ctx, K::CONTROLLER, stop, reconcile::<K>).await;
 }
 
 fn forget(ctx: &JobContext, uid: &str) {
     ctx.state.failures.forget(uid);
+    ctx.state.shares.forget(uid);
     locked(&ctx.state.unrecorded).remove(uid);
 }
 
@@ -246,9 +257,27 @@ pub(crate) async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<JobContext>) -> 
         .timeout()
         .filter(|t| *t > 0)
         .map_or_else(|| K::default_timeout(&ctx.settings()), |t| Duration::from_secs(t.unsigned_abs()));
+    let key = || JobKey { uid: uid.clone(), namespace: job.namespace().unwrap_or_default(), name: job.name_any() };
+    // A job woken from its driver's line takes its share first: one still over it reads nothing.
+    let early = match ctx.state.shares.queued_for(&uid) {
+        Some(driver) => match ctx.state.shares.take(&driver, &key()) {
+            Some(share) => Some(share),
+            None => return Ok(Action::requeue(SHARE_RECHECK)),
+        },
+        None => None,
+    };
     let outcome = match volume(&ctx, job.as_ref()).await {
-        Ok(volume) => K::attempt(&ctx, &volume, timeout).await,
-        Err(e) => Err(e),
+        Ok(volume) => match early.or_else(|| ctx.state.shares.take(&volume.driver, &key())) {
+            Some(_share) => K::attempt(&ctx, &volume, timeout).await,
+            None => {
+                tracing::debug!(job = %job.name_any(), driver = %volume.driver, "the driver's share of the workers is taken: queued");
+                return Ok(Action::requeue(SHARE_RECHECK));
+            }
+        },
+        Err(e) => {
+            drop(early);
+            Err(e)
+        }
     };
     // This pass's attempt included.
     let attempts = failures + 1;
@@ -287,6 +316,11 @@ pub(crate) async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<JobContext>) -> 
         Step::Attempt => Ok(Action::requeue(Duration::from_secs(1))),
     }
 }
+
+/// When a job queued for its driver's share looks again by itself. It is woken as soon as a call
+/// of its driver ends (a job woken that finishes otherwise passes its turn on), so this is only a
+/// safety net.
+const SHARE_RECHECK: Duration = Duration::from_secs(60);
 
 /// `status.retries` as upstream counts it: the attempts after the first, so a job that gives up
 /// after its first try and `backOffLimit` retries says `backOffLimit`.
