@@ -194,9 +194,10 @@ pub async fn cut_while_the_second_driver_works(
         .buffer_unordered(8)
         .collect::<Vec<()>>()
         .await;
-    // The cut stays until they have ended, however long that takes: what is asserted is that they
-    // ended while it was in place.
-    let ended = poll::until(3 * poll::MINUTE, async || {
+    // The cut stays until they have ended: what is asserted is that they ended while it was in
+    // place. Two minutes, less than the manager's call timeout (3 min): were every worker waiting on
+    // the silent sidecar, none would be free before its calls timed out.
+    let ended = poll::until(2 * poll::MINUTE, async || {
         let results = results(&jobs).await;
         (results.len() == second.claims.len()).then_some(results)
     })
