@@ -82,14 +82,27 @@ async fn prometheus_scrapes_the_manager_with_its_token_and_every_panel_has_serie
     fail_on_purpose(&client).await;
 
     // Scraped every 5 s: the failures show as increases within a few scrapes (the counters are
-    // served from 0, so the first failure is one).
-    let failed = poll::until(poll::MINUTE, async || {
-        let failed = query(&client, "increase(csi_addons_operations_total{result=\"Failed\"}[5m]) > 0").await;
-        let errors = query(&client, "increase(controller_runtime_reconcile_errors_total[5m]) > 0").await;
+    // served from 0, so the first failure is one). The window spans the whole story.
+    let failed = poll::until(2 * poll::MINUTE, async || {
+        let failed = query(&client, "increase(csi_addons_operations_total{result=\"Failed\"}[10m]) > 0").await;
+        let errors = query(&client, "increase(controller_runtime_reconcile_errors_total[10m]) > 0").await;
         (!failed.is_empty() && !errors.is_empty()).then_some((failed, errors))
     })
     .await;
-    let (failed, errors) = failed.expect("the failing step's operation and reconcile error are scraped as increases");
+    let Some((failed, errors)) = failed else {
+        // What Prometheus holds, to tell a counter that never rose from one that restarted.
+        let raw = |metric: &'static str| query(&client, metric);
+        panic!(
+            "the failing step's operation and reconcile error are scraped as increases; Prometheus holds \
+             csi_addons_operations_total{{result=\"Failed\"}}: {}; controller_runtime_reconcile_errors_total: {}; \
+             the manager's restarts: {}",
+            series_text(&raw("csi_addons_operations_total{result=\"Failed\"}").await),
+            series_text(&raw("controller_runtime_reconcile_errors_total > 0").await),
+            cluster::container_restarts(
+                &cluster::running_pods(&client, cluster::MANAGER_NAMESPACE, "control-plane=controller-manager").await
+            )
+        );
+    };
     println!("failed operations, increase over 5m: {}", series_text(&failed));
     println!("reconcile errors, increase over 5m: {}", series_text(&errors));
 
