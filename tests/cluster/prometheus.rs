@@ -103,8 +103,8 @@ async fn prometheus_scrapes_the_manager_with_its_token_and_every_panel_has_serie
             )
         );
     };
-    println!("failed operations, increase over 5m: {}", series_text(&failed));
-    println!("reconcile errors, increase over 5m: {}", series_text(&errors));
+    println!("failed operations, increase over 10m: {}", series_text(&failed));
+    println!("reconcile errors, increase over 10m: {}", series_text(&errors));
 
     let ours = names(&client, "csi_addons_.+").await;
     let runtime = names(&client, "controller_runtime_.+").await;
