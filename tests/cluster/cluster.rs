@@ -61,12 +61,13 @@ pub fn ready(pod: &Pod) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// Runs `hack/cluster.sh ARGS...` from inside the cluster's network namespace (where the tests run)
-/// and asserts that it succeeds. Blocks: call it from a blocking thread.
-pub fn cluster_script(args: &[&str]) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../hack/cluster.sh");
-    let status = std::process::Command::new(script).args(args).status().unwrap();
-    assert!(status.success(), "hack/cluster.sh {}", args.join(" "));
+/// Runs `hack/SCRIPT ARGS...` (`cluster.sh`, `cluster-install.sh`) from inside the cluster's network
+/// namespace (where the tests run) and asserts that it succeeds. Blocks: call it from a blocking
+/// thread.
+pub fn hack_script(script: &str, args: &[&str]) {
+    let path = format!("{}/../hack/{script}", env!("CARGO_MANIFEST_DIR"));
+    let status = std::process::Command::new(path).args(args).status().unwrap();
+    assert!(status.success(), "hack/{script} {}", args.join(" "));
 }
 
 /// The log of one container of a Pod, once the kubelet serves it (a kubelet that has just started

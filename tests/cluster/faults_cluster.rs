@@ -167,7 +167,7 @@ impl Fault {
 
 /// `hack/cluster.sh restart NAME`.
 fn restart(process: &str) {
-    cluster::cluster_script(&["restart", process]);
+    cluster::hack_script("cluster.sh", &["restart", process]);
 }
 
 /// The controller plugin's driver process, stopped until this is dropped (a failing test too

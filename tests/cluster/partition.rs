@@ -17,6 +17,7 @@ use serde_json::json;
 use testenv::poll;
 use testenv::process::pids_where;
 
+use crate::cluster::hack_script;
 use crate::driver_pods::csiaddons;
 
 /// How long the cut lasts.
@@ -29,13 +30,6 @@ const CLASS: &str = "second-reference-csi";
 /// Jobs for the second driver.
 const JOBS: usize = 20;
 
-/// `hack/cluster-install.sh ARGS...` from inside the cluster's network namespace; asserts success.
-fn install(args: &[&str]) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../hack/cluster-install.sh");
-    let status = Command::new(script).args(args).status().unwrap();
-    assert!(status.success(), "hack/cluster-install.sh {}", args.join(" "));
-}
-
 /// The second driver, installed, with its bound claims.
 pub struct SecondDriver {
     claims: Vec<String>,
@@ -46,7 +40,7 @@ impl SecondDriver {
     /// `JOBS` claims of it.
     pub async fn install(client: &Client) -> Self {
         clear(client).await;
-        tokio::task::spawn_blocking(|| install(&["second-driver"])).await.unwrap();
+        tokio::task::spawn_blocking(|| hack_script("cluster-install.sh", &["second-driver"])).await.unwrap();
         let apply = PatchParams::apply("faults-test").force();
         let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).unwrap();
         Api::<Namespace>::all(client.clone()).patch(NAMESPACE, &apply, &Patch::Apply(&namespace)).await.unwrap();
@@ -95,7 +89,7 @@ async fn clear(client: &Client) {
     })
     .await;
     assert!(deleted.is_some(), "the second driver deletes its volumes once their claims are gone");
-    tokio::task::spawn_blocking(|| install(&["remove-second-driver"])).await.unwrap();
+    tokio::task::spawn_blocking(|| hack_script("cluster-install.sh", &["remove-second-driver"])).await.unwrap();
 }
 
 /// Packets to and from the sidecar port of the Pod whose network namespace `pid` is in, dropped

@@ -50,7 +50,7 @@ async fn start_workload(client: &Client, namespace: &str, class: &str) -> Api<Po
 pub async fn reboot_node(client: &Client, namespace: &str, class: &str) {
     let pods = start_workload(client, namespace, class).await;
     let rebooted = Instant::now();
-    tokio::task::spawn_blocking(|| cluster::cluster_script(&["reboot"])).await.unwrap();
+    tokio::task::spawn_blocking(|| cluster::hack_script("cluster.sh", &["reboot"])).await.unwrap();
     println!(
         "node reboot: the node's services ran again {:.1} s after the power cut",
         rebooted.elapsed().as_secs_f64()
