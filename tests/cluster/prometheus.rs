@@ -6,8 +6,9 @@
 //! on purpose, and every Grafana panel's query returns series, the alerts load, and
 //! controller-runtime's series and ours are there. `make test-olm` runs this last, on the manager
 //! and driver installed from the release YAMLs.
+use std::cell::Cell;
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -33,11 +34,18 @@ async fn prometheus_api(client: &Client, path: &str) -> Option<Value> {
     (reply["status"] == "success").then(|| reply["data"].clone())
 }
 
-/// The manager's scrape target as Prometheus sees it: (health, last error).
-async fn manager_target(client: &Client) -> Option<(String, String)> {
-    let targets = prometheus_api(client, "/api/v1/targets?state=active").await?;
-    let target = targets["activeTargets"].as_array()?.iter().find(|t| t["scrapePool"] == POOL)?.clone();
-    Some((target["health"].as_str()?.to_owned(), target["lastError"].as_str().unwrap_or_default().to_owned()))
+/// The manager's scrape targets as Prometheus sees them, one per Pod: (health, last error).
+async fn manager_targets(client: &Client) -> Vec<(String, String)> {
+    let Some(targets) = prometheus_api(client, "/api/v1/targets?state=active").await else { return Vec::new() };
+    let active = targets["activeTargets"].as_array().map(Vec::as_slice).unwrap_or_default();
+    active
+        .iter()
+        .filter(|t| t["scrapePool"] == POOL)
+        .map(|t| {
+            let text = |key: &str| t[key].as_str().unwrap_or_default().to_owned();
+            (text("health"), text("lastError"))
+        })
+        .collect()
 }
 
 /// An instant query's result vector.
@@ -64,18 +72,40 @@ async fn prometheus_scrapes_the_manager_with_its_token_and_every_panel_has_serie
 
     println!("$ {apply}\n{}", run(&format!("cd {root} && {apply}")));
     let refused = poll::until(CONFIGURED, async || {
-        manager_target(&client).await.filter(|(health, error)| health == "down" && error.contains("403"))
+        let targets = manager_targets(&client).await;
+        let refused = targets.iter().any(|(health, error)| health == "down" && error.contains("403"));
+        (refused && targets.iter().all(|(health, _)| health != "up")).then_some(targets)
     })
     .await;
-    let (_, error) = refused.expect("Prometheus scrapes the manager and, not yet bound, is refused");
-    println!("before the binding, the target is down: {error}");
+    let refused = refused.expect("Prometheus scrapes the manager and, not yet bound, is refused");
+    println!("before the binding, the targets are down: {refused:?}");
 
     println!("$ {bind}\n{}", run(&format!("cd {root} && {bind}")));
-    let up = poll::until(CONFIGURED, async || manager_target(&client).await.filter(|(health, _)| health == "up")).await;
-    assert!(up.is_some(), "the manager's target is up once Prometheus's ServiceAccount is bound: {:?}", {
-        manager_target(&client).await
-    });
-    println!("{POOL}: up, over HTTPS with Prometheus's ServiceAccount token");
+    // Every manager Pod's target, the standby's too: each Pod keeps its refusal for up to a minute
+    // after the binding, and a Pod first scraped after the failing step would show no increase.
+    let managers = cluster::running_pods(&client, cluster::MANAGER_NAMESPACE, cluster::MANAGER_SELECTOR).await.len();
+    let bound = Instant::now();
+    let first_up = Cell::new(None);
+    let up = poll::until(CONFIGURED, async || {
+        let targets = manager_targets(&client).await;
+        if first_up.get().is_none() && targets.iter().any(|(health, _)| health == "up") {
+            first_up.set(Some(bound.elapsed()));
+        }
+        (targets.len() >= managers && targets.iter().all(|(health, _)| health == "up")).then_some(targets.len())
+    })
+    .await;
+    let Some(up) = up else {
+        panic!(
+            "every one of the {managers} manager Pods' targets is up once Prometheus's ServiceAccount is bound: {:?}",
+            manager_targets(&client).await
+        );
+    };
+    println!(
+        "{POOL}: {up} targets up, over HTTPS with Prometheus's ServiceAccount token: the first {:.0?} after the \
+         binding, all {:.0?} after it",
+        first_up.get().unwrap_or_default(),
+        bound.elapsed()
+    );
 
     let steps = crate::story::tell(&client).await;
     println!("the story: {} steps", steps.len());
@@ -90,17 +120,27 @@ async fn prometheus_scrapes_the_manager_with_its_token_and_every_panel_has_serie
     })
     .await;
     let Some((failed, errors)) = failed else {
-        // What Prometheus holds, to tell a counter that never rose from one that restarted.
-        let raw = |metric: &'static str| query(&client, metric);
+        // What Prometheus holds, sample by sample, to tell a counter that never rose from one
+        // first scraped after it rose or one that restarted.
+        let history = async |selector: &str| samples_text(&query(&client, &format!("{selector}[10m]")).await);
+        let managers = cluster::running_pods(&client, cluster::MANAGER_NAMESPACE, cluster::MANAGER_SELECTOR).await;
+        let leader = cluster::leading_manager(&client, cluster::MANAGER_NAMESPACE).await.map(|p| cluster::name(&p));
         panic!(
-            "the failing step's operation and reconcile error are scraped as increases; Prometheus holds \
-             csi_addons_operations_total{{result=\"Failed\"}}: {}; controller_runtime_reconcile_errors_total: {}; \
-             the manager's restarts: {}",
-            series_text(&raw("csi_addons_operations_total{result=\"Failed\"}").await),
-            series_text(&raw("controller_runtime_reconcile_errors_total > 0").await),
-            cluster::container_restarts(
-                &cluster::running_pods(&client, cluster::MANAGER_NAMESPACE, "control-plane=controller-manager").await
-            )
+            "the failing step's operation and reconcile error are scraped as increases; Prometheus holds, \
+             over 10 minutes, the failed ReclaimSpaceJobs: {}; the reclaimspacejob reconcile errors: {}; \
+             the manager's Pods (restarts {}, leader {leader:?}): {}",
+            history("csi_addons_operations_total{kind=\"ReclaimSpaceJob\",result=\"Failed\"}").await,
+            history("controller_runtime_reconcile_errors_total{controller=\"reclaimspacejob\"}").await,
+            cluster::container_restarts(&managers),
+            managers
+                .iter()
+                .map(|p| format!(
+                    "{} started {:?}",
+                    cluster::name(p),
+                    p.status.as_ref().and_then(|s| s.start_time.as_ref())
+                ))
+                .collect::<Vec<_>>()
+                .join("; "),
         );
     };
     println!("failed operations, increase over 10m: {}", series_text(&failed));
@@ -233,6 +273,27 @@ async fn fail_on_purpose(client: &Client) {
         .await
         .expect("the refused job's result is written once the policy goes");
     println!("ReclaimSpaceJob refused-on-purpose: its status refused by a policy, then written: {}", status["result"]);
+}
+
+/// A range query's series, each as its Pod and the samples where its value changed (Unix seconds).
+fn samples_text(result: &[Value]) -> String {
+    let series: Vec<String> = result
+        .iter()
+        .map(|s| {
+            let mut changes = Vec::new();
+            let mut last = None;
+            let samples = s["values"].as_array().map(Vec::as_slice).unwrap_or_default();
+            for sample in samples {
+                let value = sample[1].as_str().unwrap_or("?");
+                if last != Some(value) {
+                    changes.push(format!("{}={value}", sample[0]));
+                    last = Some(value);
+                }
+            }
+            format!("{} ({} samples): {}", s["metric"]["pod"], samples.len(), changes.join(" "))
+        })
+        .collect();
+    series.join("; ")
 }
 
 /// A query's series, each as its labels and value, the largest values first.
