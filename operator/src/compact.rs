@@ -10,7 +10,8 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
-/// A PersistentVolume: its name and, for a CSI volume, the driver and the volume handle.
+/// A PersistentVolume: its name, the claim bound to it and, for a CSI volume, the driver and the
+/// volume handle.
 #[derive(kube::Resource, Clone, Debug, Deserialize)]
 #[resource(inherit = PersistentVolume)]
 pub struct CsiPv {
@@ -20,9 +21,20 @@ pub struct CsiPv {
 }
 
 #[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct CsiPvSpec {
     #[serde(default)]
     pub csi: Option<CsiSource>,
+    #[serde(default)]
+    pub claim_ref: Option<ClaimRef>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct ClaimRef {
+    #[serde(default)]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -231,21 +231,39 @@ async fn annotations_on_pvcs_namespaces_and_storage_classes_manage_cron_jobs() {
     .unwrap();
     stage.until_schedule(KR, "a-keyrotation", None).await;
 
+    // An hourly-annotated PVC naming a PV that does not exist yet.
+    let pending_claim = async |name: &str, pv: &str| {
+        let claim = serde_json::from_value(json!({
+            "metadata": {"name": name, "annotations": {"reclaimspace.csiaddons.openshift.io/schedule": "@hourly"}},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                     "storageClassName": "", "volumeName": pv},
+        }))
+        .unwrap();
+        let created: k8s_openapi::api::core::v1::PersistentVolumeClaim =
+            pvcs.create(&PostParams::default(), &claim).await.unwrap();
+        created
+    };
+
     // Annotated while Pending: picked up when it binds.
     let pv = unique("late-pv");
-    let claim = serde_json::from_value(json!({
-        "metadata": {"name": "late", "annotations": {"reclaimspace.csiaddons.openshift.io/schedule": "@hourly"}},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
-                 "storageClassName": "", "volumeName": pv},
-    }))
-    .unwrap();
-    let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim =
-        pvcs.create(&PostParams::default(), &claim).await.unwrap();
+    let claim = pending_claim("late", &pv).await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     assert_eq!(stage.schedule(RS, "late-reclaimspace").await, None, "a Pending PVC got a cron job");
     create_pv(&stage.client, &pv, &stage.driver_name, &stage.namespace, "late", claim.metadata.uid.as_deref()).await;
     set_phase(&stage.client, &stage.namespace, "late", &pv, "Bound").await;
     stage.until_schedule(RS, "late-reclaimspace", Some("@hourly")).await;
+
+    // Bound before its PV is seen (the manager reads drivers from its watch of PVs, not by a GET
+    // per PVC): the PV, once it comes, brings the PVC back.
+    let early_pv = unique("early-pv");
+    let claim = pending_claim("early", &early_pv).await;
+    let bound = json!({"status": {"phase": "Bound"}});
+    pvcs.patch_status("early", &PatchParams::default(), &Patch::Merge(&bound)).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(stage.schedule(RS, "early-reclaimspace").await, None, "a cron job without a known driver");
+    create_pv(&stage.client, &early_pv, &stage.driver_name, &stage.namespace, "early", claim.metadata.uid.as_deref())
+        .await;
+    stage.until_schedule(RS, "early-reclaimspace", Some("@hourly")).await;
 
     // A cron job that is not `managed` is left alone.
     bound_pvc(&stage.client, &stage.namespace, "b", &stage.driver_name, Some(&class_name), json!({})).await;

@@ -1,6 +1,6 @@
 //! Annotation scheduling: ReclaimSpaceCronJobs and EncryptionKeyRotationCronJobs for PVCs from
 //! the PVC's, its Namespace's or its StorageClass's annotations, in either precedence mode.
-//! fetch (PVC, Namespace and StorageClass from trimmed caches; PV driver; the children) → decide
+//! fetch (PVC, Namespace, StorageClass and the PV's driver from trimmed caches; the children) → decide
 //! (`decide::desired`, `decide::plan_children`, pure) → act (create, update, delete) → events.
 //! Unlike upstream: Namespace changes apply at once (no restart), a PVC that binds after being
 //! annotated is picked up when it binds (upstream's misses it), the Namespace `…/drivers`
@@ -124,8 +124,8 @@ pub struct CronCaches {
 pub(crate) struct Caches {
     namespaces: Store<PartialObjectMeta<Namespace>>,
     classes: Store<StorageClass>,
-    /// When the Namespace and StorageClass caches have their first full lists.
-    ready: [Ready; 2],
+    /// When the Namespace, StorageClass and PV caches have their first full lists.
+    ready: [Ready; 3],
     crons: CronCaches,
     /// PV name → CSI driver.
     drivers: PvDrivers,
@@ -172,7 +172,12 @@ pub async fn run(
 
     let owner_events =
         futures::stream::unfold(owner_events, |mut events| async move { events.recv().await.map(|pvc| (pvc, events)) });
+    // Every PV's driver, from a watch: no GET per bound PVC.
     let drivers = PvDrivers::default();
+    let (pvs_ready, pv_events) = crate::cache_ready::track(
+        kube::runtime::watcher(Api::<CsiPv>::all(client.clone()), crate::core::watch::list_config()).default_backoff(),
+    );
+    let pv_binds = pv_drivers::follow(pv_events, drivers.clone());
     // A driver whose sidecar connects: its PVCs that waited for the driver's sidecars (their PV's
     // driver is known from that pass) are looked at again.
     let (of_driver, known_drivers) = (pvcs.clone(), drivers.clone());
@@ -189,7 +194,7 @@ pub async fn run(
                     .collect();
                 futures::stream::iter(refs)
             });
-    let caches = Caches { namespaces, classes, ready: [ns_ready, sc_ready], crons, drivers, roster };
+    let caches = Caches { namespaces, classes, ready: [ns_ready, sc_ready, pvs_ready], crons, drivers, roster };
     // A live change of schedule-precedence re-evaluates every PVC.
     let precedence_changes = futures::stream::unfold(ctx.settings.clone(), |mut settings| async move {
         let current = settings.borrow_and_update().schedule_precedence;
@@ -202,8 +207,12 @@ pub async fn run(
     });
     let (in_namespace, of_class) = (pvcs.clone(), pvcs.clone());
     ctx.caches.follow(NAME, pvcs_ready);
+    // /readyz names a PV watch that cannot list (an RBAC without `watch` on PVs): no annotation
+    // is acted on until it can.
+    ctx.caches.follow("persistentvolumes", caches.ready[2].clone());
     let controller = Controller::for_stream(pvc_stream, pvcs)
         .reconcile_on(owner_events)
+        .reconcile_on(pv_binds)
         .reconcile_on(driver_connected)
         .watches_stream(ns_stream, move |ns: PartialObjectMeta<Namespace>| {
             let name = ns.name_any();
@@ -226,19 +235,6 @@ pub async fn run(
         .reconcile_all_on(precedence_changes);
     crate::core::run::run_controller(controller, ctx, NAME, stop, move |pvc, ctx| reconcile(pvc, ctx, caches.clone()))
         .await;
-}
-
-/// The PV's CSI driver, from the cache or the API server.
-async fn driver_of(ctx: &Core, caches: &Caches, pv: &str) -> Result<Option<Arc<str>>, kube::Error> {
-    if let Some(known) = caches.drivers.get(pv) {
-        return Ok(known);
-    }
-    // Boxed: only a PVC not seen before waits here.
-    let Some(found) = Box::pin(Api::<CsiPv>::all(ctx.client.clone()).get_opt(pv)).await? else {
-        return Ok(None);
-    };
-    let driver = found.spec.and_then(|s| s.csi).map(|c| c.driver);
-    Ok(caches.drivers.insert(pv, driver.as_deref()))
 }
 
 /// Whether a sidecar of `driver` offers the feature (a Namespace schedule counts only then).
@@ -283,13 +279,13 @@ pub(crate) async fn reconcile(pvc: Arc<Claim>, ctx: Arc<Core>, caches: Caches) -
         driver_offers,
     };
     let children = FEATURES.map(|feature| children(&caches, &pvc, feature));
-    // Most PVCs: no schedule anywhere and no cron jobs, so nothing to do whatever the driver (no
-    // PV read, which would be a request per PVC at start and per bound PVC).
+    // Most PVCs: no schedule anywhere and no cron jobs, so nothing to do whatever the driver.
     let scheduled = FEATURES.iter().any(|feature| names_a_schedule(*feature, &sources(true)));
     if !scheduled && children.iter().all(Vec::is_empty) {
         return Ok(Action::await_change());
     }
-    let Some(driver) = driver_of(&ctx, &caches, pv).await? else { return Ok(Action::await_change()) };
+    // A PV not seen yet brings this PVC back when the watch sees it bound (`pv_drivers::follow`).
+    let Some(Some(driver)) = caches.drivers.get(pv) else { return Ok(Action::await_change()) };
     let precedence = ctx.settings().schedule_precedence;
     let mut requeue = None;
     for (feature, children) in FEATURES.into_iter().zip(children) {
