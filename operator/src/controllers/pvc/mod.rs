@@ -178,6 +178,9 @@ pub async fn run(
         kube::runtime::watcher(Api::<CsiPv>::all(client.clone()), crate::core::watch::list_config()).default_backoff(),
     );
     let pv_binds = pv_drivers::follow(pv_events, drivers.clone());
+    // /readyz names a PV watch that cannot list (an RBAC without `watch` on PVs): no annotation
+    // is acted on until it can.
+    ctx.caches.follow("persistentvolumes", pvs_ready.clone());
     // A driver whose sidecar connects: its PVCs that waited for the driver's sidecars (their PV's
     // driver is known from that pass) are looked at again.
     let (of_driver, known_drivers) = (pvcs.clone(), drivers.clone());
@@ -207,9 +210,6 @@ pub async fn run(
     });
     let (in_namespace, of_class) = (pvcs.clone(), pvcs.clone());
     ctx.caches.follow(NAME, pvcs_ready);
-    // /readyz names a PV watch that cannot list (an RBAC without `watch` on PVs): no annotation
-    // is acted on until it can.
-    ctx.caches.follow("persistentvolumes", caches.ready[2].clone());
     let controller = Controller::for_stream(pvc_stream, pvcs)
         .reconcile_on(owner_events)
         .reconcile_on(pv_binds)
