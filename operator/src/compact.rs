@@ -91,6 +91,32 @@ pub struct PodIpStatus {
     pub pod_ip: Option<String>,
 }
 
+/// A UUID in its canonical text form (`xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, lower-case hex, as
+/// the API server writes uids) as the number it is: 16 bytes where the text takes 36 and a
+/// `String`'s 24 more. Any other text gives None, so no two texts map to one number.
+pub fn uuid(text: &str) -> Option<u128> {
+    let text = text.as_bytes();
+    if text.len() != 36 {
+        return None;
+    }
+    let mut value: u128 = 0;
+    for (i, byte) in text.iter().enumerate() {
+        if matches!(i, 8 | 13 | 18 | 23) {
+            if *byte != b'-' {
+                return None;
+            }
+            continue;
+        }
+        let digit = match byte {
+            b'0'..=b'9' => byte - b'0',
+            b'a'..=b'f' => byte - b'a' + 10,
+            _ => return None,
+        };
+        value = (value << 4) | u128::from(digit);
+    }
+    Some(value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,13 +4,14 @@ use std::sync::Arc;
 use api::csiaddons::{EncryptionKeyRotationCronJob, EncryptionKeyRotationJob, ReclaimSpaceCronJob, ReclaimSpaceJob};
 use tokio::sync::watch;
 
-use crate::controllers::cron_jobs::{self, ManagedCrons, wakeups::Wakeups};
+use crate::controllers::cron_jobs::{self, ManagedCrons};
 use crate::controllers::jobs::{self, attachments::Attachments};
 use crate::controllers::{
     network_fence, network_fence_class, node, pvc, volume_group_replication, volume_group_replication_content,
     volume_health, volume_replication,
 };
 use crate::core::Core;
+use crate::core::wakeups::Wakeups;
 
 /// Runs every controller until `stop`.
 pub async fn run_all(core: Arc<Core>, volume_health_cleanup: bool, stop: watch::Receiver<bool>) {

@@ -161,6 +161,21 @@ async fn bench_jobs_throughput_through_each_sides_sidecar() {
     );
 }
 
+/// One manager's figures in the idle part.
+#[derive(Debug)]
+struct IdleNodes {
+    seconds: f64,
+    /// CPU seconds and API requests until every node was Connected.
+    cpu: f64,
+    /// The API server's and etcd's CPU seconds meanwhile.
+    server_cpu: f64,
+    requests: f64,
+    rss: f64,
+    peak: f64,
+    threads: f64,
+    anon: f64,
+}
+
 #[tokio::test]
 #[ignore = "benchmark: make bench"]
 async fn bench_manager_idle_with_many_csiaddonsnodes() {
@@ -202,47 +217,72 @@ async fn bench_manager_idle_with_many_csiaddonsnodes() {
     let mut measured = Vec::new();
     let builds: &[Build] = if rig::ours_only() { &[Build::Ours] } else { &[Build::Ours, Build::Upstream] };
     for &build in builds {
-        // Each manager starts from nodes with no status, as after an install.
-        for node in nodes.list(&ListParams::default()).await.unwrap().items {
-            let name = node.metadata.name.unwrap();
-            let _ = nodes.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": null}))).await;
-        }
+        // Each manager starts from nodes with no status and no finalizer, as after an install.
+        let names: Vec<String> = nodes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .collect();
+        futures::stream::iter(names)
+            .for_each_concurrent(32, |name| {
+                let nodes = nodes.clone();
+                async move {
+                    let params = PatchParams::default();
+                    let _ = nodes.patch_status(&name, &params, &Patch::Merge(&json!({"status": null}))).await;
+                    let _ =
+                        nodes.patch(&name, &params, &Patch::Merge(&json!({"metadata": {"finalizers": null}}))).await;
+                }
+            })
+            .await;
         let identity = ManagerIdentity::of(build, &client, &namespace).await;
         let log = dir.path().join(format!("nodes-{}.log", build.key()));
+        let mark = rig::audit_mark();
+        let server_cpu = || cp.pids().into_iter().map(rig::cpu_seconds).sum::<f64>();
+        let server_cpu_before = server_cpu();
         let mut manager = ManagerProcess::start(build, &namespace, &identity.kubeconfig(), &log, &[]);
         // Only the idle ones: the sidecar's own node has an ip:port endpoint, which upstream's
         // manager cannot parse.
         let seconds = all_connected(&client, &namespace, "idle-", &mut manager, Duration::from_secs(900)).await;
+        let pid = manager.pid();
+        let cpu = rig::cpu_seconds(pid);
+        let server_cpu = server_cpu() - server_cpu_before;
+        let requests = rig::requests_since(mark, identity.user());
         tokio::time::sleep(Duration::from_secs(15)).await;
         manager.assert_running();
-        let pid = manager.pid();
-        measured.push((
+        let idle = IdleNodes {
             seconds,
-            rig::mib(rig::status_kib(pid, "VmRSS")),
-            rig::mib(rig::status_kib(pid, "VmHWM")),
-            rig::status_kib(pid, "Threads") as f64,
-            rig::mib(rig::status_kib(pid, "RssAnon")),
-        ));
+            cpu,
+            server_cpu,
+            requests: requests.as_ref().map_or(f64::NAN, |r| r.total as f64),
+            rss: rig::mib(rig::status_kib(pid, "VmRSS")),
+            peak: rig::mib(rig::status_kib(pid, "VmHWM")),
+            threads: rig::status_kib(pid, "Threads") as f64,
+            anon: rig::mib(rig::status_kib(pid, "RssAnon")),
+        };
+        println!("{}: {idle:?}; requests until Connected: {:?}", build.key(), requests.map(|r| r.by_call));
+        measured.push(idle);
         drop(manager);
     }
     drop(run);
     rig::remove_all(&client, &namespace, "CSIAddonsNode").await;
-    if rig::ours_only() {
-        println!("ours: {:?}", measured[0]);
+    let [ours, up] = &measured[..] else {
         return;
-    }
-    let [(s_ours, idle_ours, peak_ours, threads_ours, anon_ours), (s_up, idle_up, peak_up, threads_up, anon_up)] =
-        measured[..]
-    else {
-        unreachable!("two builds measured")
     };
     let rows = [
-        row("seconds until every node Connected", s_ours, s_up),
-        row("manager RSS idle afterwards (MiB)", idle_ours, idle_up),
-        row("  of which heap and stacks (RssAnon)", anon_ours, anon_up),
-        row("manager peak RSS (MiB)", peak_ours, peak_up),
-        row("manager threads", threads_ours, threads_up),
+        row("seconds until every node Connected", ours.seconds, up.seconds),
+        row("  manager CPU seconds by then", ours.cpu, up.cpu),
+        row("  manager API requests by then", ours.requests, up.requests),
+        row("  API server and etcd CPU seconds by then", ours.server_cpu, up.server_cpu),
+        row("manager RSS idle afterwards (MiB)", ours.rss, up.rss),
+        row("  of which heap and stacks (RssAnon)", ours.anon, up.anon),
+        row("manager peak RSS (MiB)", ours.peak, up.peak),
+        row("manager threads", ours.threads, up.threads),
     ];
     let figures = table(&format!("manager idle with {n} CSIAddonsNodes"), &rows);
-    write_json("idle-nodes", json!({"nodes": n, "figures": figures}));
+    // The default size keeps its file's name; another size gets a file of its own.
+    let file = if n == 1000 { "idle-nodes".to_owned() } else { format!("idle-nodes-{n}") };
+    write_json(&file, json!({"nodes": n, "figures": figures}));
 }

@@ -1,6 +1,6 @@
 //! The manager's connections to sidecars: a healthy one is kept across passes (one TCP
-//! connection, not a dial per pass), and one is pooled before the fence clients are asked for,
-//! so a failing GetFenceClients leaves it usable.
+//! connection, not a dial per pass), a status write starts no pass, and one is pooled before the
+//! fence clients are asked for, so a failing GetFenceClients leaves it usable.
 use std::time::Duration;
 
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -51,6 +51,34 @@ async fn a_healthy_connection_is_kept_across_passes() {
     }
     stage.manager.eventually("three more passes", async |_| capability_calls(&sidecar).await >= asked + 3).await;
     assert_eq!(clients_of(sidecar.port), first, "a pass dialled the sidecar again");
+}
+
+#[tokio::test]
+async fn a_status_write_starts_no_pass_an_annotation_does() {
+    let stage = Stage::new("conn-quiet", &["service.CONTROLLER_SERVICE", "reclaim_space.OFFLINE"]).await;
+    let sidecar = stage.sidecar("node-q").await;
+    let nodes = stage.api("CSIAddonsNode");
+    let name = nodes.list(&ListParams::default()).await.unwrap().items[0].metadata.name.clone().unwrap();
+    // The manager's own Connected write and then someone else's status write: neither is a
+    // change of what a pass acts on, so the one pass that connected stays the only one.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(capability_calls(&sidecar).await, 1, "the manager's own status write started a second pass");
+    let status = json!({"status": {"message": "written by someone else"}});
+    nodes.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let poke = json!({"metadata": {"annotations": {"example.com/poke": "1"}}});
+    nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&poke)).await.unwrap();
+    stage.manager.eventually("the annotation's pass", async |_| capability_calls(&sidecar).await >= 2).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(capability_calls(&sidecar).await, 2, "the status write started a pass");
+    // That pass wrote the status back as the manager has it.
+    let node = nodes.get(&name).await.unwrap();
+    assert_eq!(node.data["status"]["message"], "Successfully established connection with sidecar");
+    // A first connection is told by the status alone, not by an Event per node.
+    let events = kube::Api::<k8s_openapi::api::core::v1::Event>::namespaced(stage.client.clone(), &stage.namespace);
+    let events = events.list(&ListParams::default()).await.unwrap().items;
+    let told: Vec<_> = events.iter().filter(|e| e.involved_object.name.as_deref() == Some(name.as_str())).collect();
+    assert!(told.is_empty(), "events on a node that connected at the first attempt: {told:?}");
 }
 
 #[tokio::test]

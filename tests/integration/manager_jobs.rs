@@ -221,6 +221,17 @@ async fn a_pod_endpoint_is_dialled_at_the_pods_ip() {
     let ip = json!({"status": {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}});
     pods.patch_status(&pod, &Default::default(), &kube::api::Patch::Merge(&ip)).await.unwrap();
     stage.manager.eventually("Connected through the Pod's IP", async |_| state(&nodes).await.0 == "Connected").await;
+    // The recovery from Retrying is told as a Normal event.
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(stage.client.clone(), &stage.namespace);
+    let connected = async || {
+        let list = events.list(&Default::default()).await.unwrap().items;
+        list.into_iter().any(|e| {
+            e.involved_object.name.as_deref() == Some("via-pod")
+                && e.reason.as_deref() == Some("Connected")
+                && e.type_.as_deref() == Some("Normal")
+        })
+    };
+    stage.manager.eventually("a Connected event after the retries", async |_| connected().await).await;
 }
 
 /// `spec.timeout` bounds each call, over `--reclaim-space-timeout`: with the flag at 2 s, a

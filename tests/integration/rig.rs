@@ -445,6 +445,8 @@ pub fn audit_mark() -> u64 {
 pub struct Requests {
     pub total: usize,
     pub by_verb: BTreeMap<String, usize>,
+    /// By verb and resource (`patch csiaddonsnodes/status`).
+    pub by_call: BTreeMap<String, usize>,
     /// Answered 429 Too Many Requests (priority and fairness turned them away).
     pub throttled: usize,
 }
@@ -464,6 +466,12 @@ pub fn requests_since(mark: u64, user: &str) -> Option<Requests> {
         }
         requests.total += 1;
         let verb = event.get("verb").and_then(|v| v.as_str()).unwrap_or("?").to_owned();
+        let resource = event.pointer("/objectRef/resource").and_then(|r| r.as_str()).unwrap_or("-");
+        let call = match event.pointer("/objectRef/subresource").and_then(|r| r.as_str()) {
+            Some(sub) => format!("{verb} {resource}/{sub}"),
+            None => format!("{verb} {resource}"),
+        };
+        *requests.by_call.entry(call).or_default() += 1;
         *requests.by_verb.entry(verb).or_default() += 1;
         if event.pointer("/responseStatus/code").and_then(|c| c.as_i64()) == Some(429) {
             requests.throttled += 1;

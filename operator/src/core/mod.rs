@@ -5,11 +5,13 @@
 pub mod backoff;
 pub mod clock;
 pub mod error;
+pub mod fingerprints;
 pub mod lock;
 pub mod patch;
 pub mod read;
 pub mod run;
 pub mod status;
+pub mod wakeups;
 pub mod watch;
 
 use std::collections::BTreeMap;

@@ -2,7 +2,6 @@
 //! upstream has two near-copies). fetch (cron job, its children from a watch cache) → validate
 //! (schedule) → decide (`decide::decide`, pure) → act (prune, create, replace) → status, events.
 pub mod decide;
-pub mod wakeups;
 
 use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -24,7 +23,6 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use self::decide::{Child, CronAction, CronInput, CronStatus, Outcome, decide, stagger_offset};
-use self::wakeups::Wakeups;
 use crate::cache_ready::{Ready, Stopped};
 use crate::controllers::jobs::JobKind;
 use crate::controllers::pvc::decide::{MANAGED, STATE};
@@ -32,6 +30,7 @@ use crate::core::Core;
 use crate::core::clock::now_seconds;
 use crate::core::error::{Categorized, Category, kube_category};
 use crate::core::lock::locked;
+use crate::core::wakeups::Wakeups;
 use crate::schedule::Schedule;
 
 /// Why a pass could not finish.
@@ -241,7 +240,7 @@ pub async fn run<C: CronKind>(
         });
     let child_events = child_events.touched_objects();
     ctx.caches.follow(C::CONTROLLER, ready);
-    // Next runs come from `wakeups`, not from kube's scheduler (see `wakeups`).
+    // Next runs come from `wakeups`, not from kube's scheduler (see `core::wakeups`).
     let controller = Controller::for_stream(changes, store).owns_stream(child_events).reconcile_on(wakeups.due::<C>());
     crate::core::run::run_controller(controller, ctx, C::CONTROLLER, stop, move |cron, ctx| {
         reconcile::<C>(cron, ctx, (children.clone(), children_ready.clone()), wakeups.clone())

@@ -27,7 +27,9 @@ use crate::core::Core;
 use crate::core::backoff::Backoff;
 use crate::core::clock::now_seconds;
 use crate::core::error::{Categorized, Category, kube_category};
+use crate::core::fingerprints::{Fingerprints, spec_and_annotations};
 use crate::core::run::Context;
+use crate::core::wakeups::Wakeups;
 use crate::pool::{Connection, ResolveError, Target, pool_key, resolve};
 use crate::sidecar_client::{ClientError, SidecarChannel, with_timeout};
 
@@ -43,10 +45,15 @@ pub type NodeContext = Context<NodeState>;
 
 /// What the CSIAddonsNode controller alone keeps.
 pub struct NodeState {
-    /// Attempts in a row that failed: our own status write triggers a pass at once, which must
-    /// not cut the wait short.
+    /// Attempts in a row that failed: a pass that comes early (an annotation bumped during the
+    /// wait) must not cut the wait short.
     retry: Backoff,
     roster: Roster,
+    /// What of each node the last pass acted on: a change to anything else (our own status
+    /// write) starts no pass, as upstream's predicate (generation or annotations changed).
+    fingerprints: Fingerprints,
+    /// Each Connected node's next check, an hour on.
+    checks: Wakeups,
 }
 
 /// Why a pass could not finish.
@@ -115,10 +122,17 @@ pub async fn run(
     // A driver's CA appearing, changing or going has its sidecars dialled again under it now,
     // not at the next hourly check.
     let trust_changes = core.security.trust().changes();
-    let controller = Controller::for_stream(changes, roster.store.clone()).reconcile_all_on(trust_changes);
-    let ctx = Arc::new(Context::new(core, NodeState { retry: Backoff::default(), roster }));
+    let fingerprints = Fingerprints::default();
+    let changes = fingerprints.filter(changes, spec_and_annotations);
+    let checks = Wakeups::default();
+    let controller = Controller::for_stream(changes, roster.store.clone())
+        .reconcile_all_on(trust_changes)
+        .reconcile_on(checks.due::<CSIAddonsNode>());
+    let state = NodeState { retry: Backoff::default(), roster, fingerprints, checks };
+    let ctx = Arc::new(Context::new(core, state));
     let prune = |ctx: &NodeContext, live: &std::collections::HashSet<String>| {
         ctx.state.retry.retain(live);
+        ctx.state.fingerprints.retain(live);
         crate::core::lock::locked(&ctx.state.roster.failed).retain(|uid| live.contains(uid));
     };
     crate::core::backoff::prune_periodically(Arc::downgrade(&ctx), ctx.state.roster.store.clone(), prune);
@@ -132,6 +146,7 @@ pub(crate) async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<NodeContext>) -
     let target = match validate(&node) {
         Ok(target) => target,
         Err(invalid) => {
+            ctx.state.checks.forget(&namespace, &name);
             let message = invalid.to_string();
             if node.metadata.deletion_timestamp.is_some() {
                 crate::core::patch::set_finalizer(&ctx, node.as_ref(), CSIADDONSNODE_FINALIZER, false).await?;
@@ -147,6 +162,7 @@ pub(crate) async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<NodeContext>) -
     };
     let key = pool_key(&namespace, &sidecar_pod(&node, &target));
     if node.metadata.deletion_timestamp.is_some() {
+        ctx.state.checks.forget(&namespace, &name);
         ctx.pool.remove_node(&namespace, &name);
         ctx.state.retry.forget(&uid);
         ctx.state.roster.set_failed(&uid, false);
@@ -180,7 +196,10 @@ pub(crate) async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<NodeContext>) -
             let message = "Successfully established connection with sidecar";
             let status = NodeStatus { state: CONNECTED, message, retries: None, capabilities: Some(capabilities) };
             write_state(&ctx, &node, status, clients.as_ref().ok().cloned()).await?;
-            if was.as_deref() != Some(CONNECTED) {
+            // Told when a node recovers (it was Retrying or Failed); a first connection is told
+            // by the status alone: after an install or upgrade the sidecars of a large cluster all
+            // connect at once, and an Event each would double the writes the API server takes.
+            if was.as_deref().is_some_and(|was| was != CONNECTED) {
                 ctx.event(node.as_ref(), false, "Connected", format!("{message} at {}", node.spec.driver.endpoint))
                     .await;
             }
@@ -188,7 +207,10 @@ pub(crate) async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<NodeContext>) -
                 ctx.event(node.as_ref(), true, "FenceClientsFailed", why.to_string()).await;
                 return Err(Error::FenceClients(why));
             }
-            Ok(Action::requeue(RECHECK))
+            // From the compact queue, not kube's scheduler: a thousand nodes waiting cost a
+            // sixth of the memory there.
+            ctx.state.checks.after(&namespace, &name, RECHECK);
+            Ok(Action::await_change())
         }
         Err(why) => {
             // A connection dialled under trust that no longer holds (a CA that appeared, changed or
@@ -219,6 +241,7 @@ pub(crate) async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<NodeContext>) -
                     ctx.event(node.as_ref(), true, "ConnectionFailed", message).await;
                     ctx.pool.remove_node(&namespace, &name);
                     ctx.state.retry.forget(&uid);
+                    ctx.state.checks.forget(&namespace, &name);
                     let api = Api::<CSIAddonsNode>::namespaced(ctx.client.clone(), &namespace);
                     match api.delete(&name, &Default::default()).await {
                         Ok(_) => {}
@@ -304,7 +327,8 @@ struct NodeStatus<'a> {
     capabilities: Option<Vec<String>>,
 }
 
-/// Writes the status; `fence_clients` None keeps the previous list.
+/// Writes the status; `fence_clients` None keeps the previous list. A status that already says
+/// all of it is not written again (the hourly check of a healthy node costs no write).
 async fn write_state(
     ctx: &Core,
     node: &CSIAddonsNode,
@@ -312,12 +336,21 @@ async fn write_state(
     fence_clients: Option<Vec<NetworkFenceClientStatus>>,
 ) -> Result<(), kube::Error> {
     let previous = node.status.clone().unwrap_or_default();
-    let capabilities = next.capabilities.unwrap_or(previous.capabilities);
+    let capabilities = next.capabilities.unwrap_or_else(|| previous.capabilities.clone());
+    let clients = fence_clients.unwrap_or_else(|| previous.network_fence_client_status.clone());
+    let retries = next.retries.map(|n| i32::try_from(n).unwrap_or(i32::MAX));
+    let unchanged = previous.state.as_deref() == Some(next.state)
+        && previous.message.as_deref() == Some(next.message)
+        && previous.retries == retries
+        && previous.capabilities == capabilities
+        && previous.network_fence_client_status == clients;
+    if unchanged {
+        return Ok(());
+    }
     let mut status = json!({"state": next.state, "message": next.message, "capabilities": capabilities});
-    if let Some(retries) = next.retries {
+    if let Some(retries) = retries {
         status["retries"] = json!(retries);
     }
-    let clients = fence_clients.unwrap_or(previous.network_fence_client_status);
     // An empty list is written too, so a class taken out of the annotation leaves the status.
     status["networkFenceClientStatus"] = serde_json::to_value(&clients).unwrap_or(serde_json::Value::Null);
     ctx.apply_status(node, status).await

@@ -72,26 +72,7 @@ impl Volumes {
 /// The uid in a name `pvc-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (lower-case hex, as the external
 /// provisioner names PVs): one number per such name, and no other name maps to it.
 fn provisioned_uid(pv: &str) -> Option<u128> {
-    let uid = pv.strip_prefix("pvc-")?.as_bytes();
-    if uid.len() != 36 {
-        return None;
-    }
-    let mut value: u128 = 0;
-    for (i, byte) in uid.iter().enumerate() {
-        if matches!(i, 8 | 13 | 18 | 23) {
-            if *byte != b'-' {
-                return None;
-            }
-            continue;
-        }
-        let digit = match byte {
-            b'0'..=b'9' => byte - b'0',
-            b'a'..=b'f' => byte - b'a' + 10,
-            _ => return None,
-        };
-        value = (value << 4) | u128::from(digit);
-    }
-    Some(value)
+    crate::compact::uuid(pv.strip_prefix("pvc-")?)
 }
 
 impl PvDrivers {

@@ -1,8 +1,9 @@
-//! When each cron job is looked at next, kept compactly. kube-runtime's scheduler holds a
-//! requeue as two copies of a reconcile request (name, namespace, UID and resource version, in a
-//! delay queue and in a map): some 800 bytes for every cron job waiting for its next run, 8 MB
-//! for ten thousand. Here an entry is its due time and the cron job's namespace and name (about
-//! 150 bytes); a due entry is handed to the controller as a reconcile request.
+//! When each object is looked at next (a cron job's next run, a CSIAddonsNode's hourly check),
+//! kept compactly. kube-runtime's scheduler holds a requeue as two copies of a reconcile request
+//! (name, namespace, UID and resource version, in a delay queue and in a map): some 800 bytes for
+//! every object waiting, 8 MB for ten thousand. Here an entry is its due time and the object's
+//! namespace and name (about 150 bytes); a due entry is handed to the controller as a reconcile
+//! request.
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -74,7 +75,7 @@ impl Wakeups {
         }
     }
 
-    /// `namespace/name` needs no wake-up (no next run, or gone).
+    /// `namespace/name` needs no wake-up (nothing due, or gone).
     pub fn forget(&self, namespace: &str, name: &str) {
         crate::core::lock::locked(&self.queue).remove(&(namespace.into(), name.into()));
     }
