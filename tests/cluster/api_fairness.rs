@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use testenv::poll;
 
@@ -87,9 +87,15 @@ async fn throttled_requests(client: &Client, token: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
+/// Jobs created while the manager's share is squeezed, so it has requests to make then whatever
+/// is left of the batch (ours can finish a batch within a second of its first result): each fails
+/// at its first attempt (no such claim), with a status write and an Event, and no driver call.
+const PROBES: usize = 32;
+const PROBE_LABEL: &str = "faults-shed-probe";
+
 /// Squeezes the manager's share for `hold`, then lets go; asserts the API server answered some of
 /// its requests 429 and the manager counted them. Prints how many.
-pub async fn shed_manager_load(client: &Client, hold: Duration) {
+pub async fn shed_manager_load(client: &Client, namespace: &str, hold: Duration) {
     let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
     let binding: ClusterRoleBinding = serde_json::from_value(json!({
         "metadata": {"name": READER},
@@ -101,11 +107,28 @@ pub async fn shed_manager_load(client: &Client, hold: Duration) {
     let token = pod_token(client, READER).await;
     let before = throttled_requests(client, &token).await;
     squeeze(client).await;
-    tokio::time::sleep(hold).await;
+    // The API server takes up a new FlowSchema within a moment.
+    let settle = Duration::from_secs(2);
+    tokio::time::sleep(settle).await;
+    let jobs = crate::driver_pods::csiaddons(client, "ReclaimSpaceJob", namespace);
+    futures::future::join_all((0..PROBES).map(|i| {
+        let job: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "csiaddons.openshift.io/v1alpha1", "kind": "ReclaimSpaceJob",
+            "metadata": {"name": format!("shed-probe-{i}"), "labels": {PROBE_LABEL: "true"}},
+            "spec": {"target": {"persistentVolumeClaim": format!("no-such-claim-{i}")}, "backOffLimit": 0}
+        }))
+        .unwrap();
+        let jobs = jobs.clone();
+        async move { jobs.create(&PostParams::default(), &job).await.unwrap() }
+    }))
+    .await;
+    tokio::time::sleep(hold.saturating_sub(settle)).await;
     // Scraped after the release: the manager's check of the scraper's token is a request too.
     release(client).await;
     let during = throttled_requests(client, &token).await;
     let _ = bindings.delete(READER, &DeleteParams::default()).await;
+    let probes = kube::api::ListParams::default().labels(PROBE_LABEL);
+    let _ = jobs.delete_collection(&DeleteParams::default(), &probes).await;
     println!("API server shedding load: the manager counted {} requests answered 429", during.saturating_sub(before));
     assert!(
         during > before,

@@ -152,7 +152,7 @@ impl Fault {
             }
             Fault::EvictManager => evictions::evict_leading_manager(client).await,
             Fault::EvictNodePlugin => evictions::evict_node_plugin(client).await,
-            Fault::ShedLoad => api_fairness::shed_manager_load(client, SHED).await,
+            Fault::ShedLoad => api_fairness::shed_manager_load(client, NAMESPACE, SHED).await,
             Fault::FillStateDir => full_disk::hold(batch.ballast, batch.replications, batch.name).await,
             Fault::RebootNode => reboot::reboot_node(client, NAMESPACE, CLASS).await,
             Fault::PartitionSidecar => {
