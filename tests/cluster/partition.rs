@@ -135,20 +135,30 @@ impl Drop for Cut {
     }
 }
 
-/// The first driver's controller plugin (the second's is told apart by its driver name).
-fn first_controller_driver() -> u32 {
+/// The first driver's controller plugin (the second's is told apart by its driver name). Waited
+/// for: after the node's reboot, the old container's process can still be exiting beside the new
+/// one.
+async fn first_controller_driver() -> u32 {
+    let one = poll::until(2 * poll::MINUTE, async || match first_controller_drivers()[..] {
+        [pid] => Some(pid),
+        _ => None,
+    })
+    .await;
+    one.unwrap_or_else(|| {
+        panic!("one controller plugin of the first driver runs, found {:?}", first_controller_drivers())
+    })
+}
+
+fn first_controller_drivers() -> Vec<u32> {
     let pids = pids_where(|args| {
         args.first().is_some_and(|a| a.ends_with("reference-driver")) && args.iter().any(|a| a == "--mode=controller")
     });
-    let first: Vec<u32> = pids
-        .into_iter()
+    pids.into_iter()
         .filter(|pid| {
             let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
             !environ.split(|&b| b == 0).any(|v| v.starts_with(b"DRIVER_NAME=second-"))
         })
-        .collect();
-    let [pid] = first[..] else { panic!("one controller plugin of the first driver runs, found {first:?}") };
-    pid
+        .collect()
 }
 
 /// Each job's result, by name.
@@ -170,7 +180,7 @@ pub async fn cut_while_the_second_driver_works(
     second: &SecondDriver,
     unfinished: impl AsyncFn() -> usize,
 ) {
-    let cut = Cut::start(first_controller_driver());
+    let cut = Cut::start(first_controller_driver().await);
     let struck = Instant::now();
     let jobs = csiaddons(client, "ReclaimSpaceJob", NAMESPACE);
     futures::stream::iter(&second.claims)
