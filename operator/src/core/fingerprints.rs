@@ -32,12 +32,9 @@ impl Fingerprints {
         locked(&self.0).retain(|uid, _| live.contains(uid));
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         locked(&self.0).len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The objects of `changes` whose fingerprint changed since they last passed.
