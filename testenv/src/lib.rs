@@ -6,6 +6,7 @@
 //! own namespace ([`ControlPlane::namespace`]). Binaries come from `KUBEBUILDER_ASSETS` or, when
 //! that is unset, from `hack/control-plane.sh` (which builds and caches them).
 
+pub mod bound_claims;
 mod certs;
 mod control_plane;
 pub mod fault_table;

@@ -26,7 +26,9 @@
 //!   booted): the kubelet brings every Pod back, a workload's volume mounted again with its data;
 //! - the network between the manager and the controller plugin's sidecar cut for a minute (its
 //!   packets dropped): the calls in flight wait and the rest of the batch queues, while a second
-//!   driver's jobs, made during the cut, all end Succeeded before it heals.
+//!   driver's jobs, made during the cut, all end Succeeded before it heals;
+//! - ten thousand bound PVCs fanning out into a ReclaimSpaceCronJob each: the leading manager holds
+//!   them within its shipped memory limit, nothing killed or restarted (see `fan_out`).
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -45,7 +47,7 @@ use crate::cluster::{self, CONTROLLER_PLUGIN_SELECTOR, DRIVER_NAMESPACE, NODE_PL
 use crate::driver_pods::{connected_nodes, csiaddons};
 use crate::partition::{self, SecondDriver};
 use crate::story::replication_api;
-use crate::{api_fairness, evictions, full_disk, reboot};
+use crate::{api_fairness, evictions, fan_out, full_disk, reboot};
 
 const NAMESPACE: &str = "faults";
 /// The driver's volumes bound at once (the shipped StorageClass waits for a Pod).
@@ -80,6 +82,7 @@ enum Fault {
     FillStateDir,
     RebootNode,
     PartitionSidecar,
+    FanOut,
 }
 
 /// The batch a fault strikes: its VolumeReplication, and what the fault made ready before it.
@@ -103,6 +106,7 @@ impl Fault {
             Fault::FillStateDir => "driver's disk full 45 s",
             Fault::RebootNode => "node reboot",
             Fault::PartitionSidecar => "sidecar cut off 60 s (dropped)",
+            Fault::FanOut => "PVC fan-out at the memory limit",
         }
     }
 
@@ -118,6 +122,7 @@ impl Fault {
             Fault::FillStateDir => "full",
             Fault::RebootNode => "reboot",
             Fault::PartitionSidecar => "partition",
+            Fault::FanOut => "fan-out",
         }
     }
 
@@ -161,6 +166,7 @@ impl Fault {
                 let unfinished = async || results(&jobs, batch.name).await.2.len();
                 partition::cut_while_the_second_driver_works(client, second, unfinished).await
             }
+            Fault::FanOut => fan_out::fan_out_at_the_memory_limit(client).await,
         }
     }
 }
@@ -413,7 +419,7 @@ async fn run(client: &Client, fault: Fault, handles: &[String]) -> FaultRow {
 }
 
 #[tokio::test]
-#[ignore = "restarts the one-node cluster's kubelet and containerd, stops its driver, evicts Pods, fills its disk, reboots the node, cuts a sidecar off: make test-faults-cluster"]
+#[ignore = "restarts the one-node cluster's kubelet and containerd, stops its driver, evicts Pods, fills its disk, reboots the node, cuts a sidecar off, fans 10,000 PVCs out: make test-faults-cluster"]
 async fn faults_cluster_lose_no_job_and_leave_none_running() {
     let client = cluster::client().await;
     let made = Instant::now();
@@ -430,6 +436,7 @@ async fn faults_cluster_lose_no_job_and_leave_none_running() {
         Fault::FillStateDir,
         Fault::RebootNode,
         Fault::PartitionSidecar,
+        Fault::FanOut,
     ];
     for fault in faults.into_iter().filter(|f| selected(*f)) {
         outcomes.push(run(&client, fault, &handles).await);

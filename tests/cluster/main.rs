@@ -9,6 +9,7 @@ mod driver_operator;
 mod driver_pods;
 mod evictions;
 mod failover;
+mod fan_out;
 mod faults_cluster;
 mod full_disk;
 mod helm;

@@ -3,12 +3,14 @@
 //! bound to its own release RBAC:
 //! - job throughput: 1,000 ReclaimSpaceJobs (`BENCH_JOBS`) through each side's own manager and
 //!   sidecar against the reference driver (raw-block volumes, so each call is a quick hole punch);
-//! - each manager idle with 1,000 CSIAddonsNodes (`BENCH_NODES`) that all point at one live sidecar.
+//! - each manager idle with 1,000 CSIAddonsNodes (`BENCH_NODES`), each naming a sidecar Pod of its
+//!   own (a connection each), all of them the address of one live sidecar.
 //!
 //! Prints figures and writes them as JSON; asserts only that the work was done.
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -75,7 +77,7 @@ async fn throughput(build: Build, jobs: usize, dir: &std::path::Path) -> Through
     let driver_name = format!("bench-{}.csi-addons-rs.io", build.key());
     let driver = Harness::start_with(&["--driver-name", &driver_name]).await;
     let volumes = rig::block_volumes(&driver, "bench", jobs).await;
-    rig::bound_pairs(&client, &namespace, "", &driver_name, &volumes).await;
+    testenv::bound_claims::bound_pairs(&client, &namespace, "", &driver_name, &volumes).await;
     let identity = ManagerIdentity::of(build, &client, &namespace).await;
     let sidecar = SidecarRun::start(build, &client, &namespace, "bench-node", &driver.driver.addons_endpoint).await;
     let log = dir.join(format!("jobs-{}.log", build.key()));
@@ -161,6 +163,36 @@ async fn bench_jobs_throughput_through_each_sides_sidecar() {
     );
 }
 
+/// `n` Pods `<template>-<i>` like `template` (its labels, owner and spec), each with the address
+/// 127.0.0.1 in its status; their names.
+async fn pods_like(pods: &kube::Api<Pod>, template: &Pod, n: usize) -> Vec<String> {
+    let status = json!({"status": {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}});
+    let prefix = template.metadata.name.clone().unwrap_or_default();
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let name = format!("{prefix}-{i}");
+            let pod = Pod {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(name.clone()),
+                    labels: template.metadata.labels.clone(),
+                    owner_references: template.metadata.owner_references.clone(),
+                    ..Default::default()
+                },
+                spec: template.spec.clone(),
+                status: None,
+            };
+            let status = &status;
+            async move {
+                pods.create(&PostParams::default(), &pod).await.unwrap();
+                pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(status)).await.unwrap();
+                name
+            }
+        })
+        .buffered(32)
+        .collect()
+        .await
+}
+
 /// One manager's figures in the idle part.
 #[derive(Debug)]
 struct IdleNodes {
@@ -186,20 +218,19 @@ async fn bench_manager_idle_with_many_csiaddonsnodes() {
     let dir = tempfile::tempdir().unwrap();
     let driver_name = "bench-nodes.csi-addons-rs.io";
     let driver = Harness::start_with(&["--driver-name", driver_name]).await;
-    // One live sidecar (ours: the managers are measured, not it) behind a pod:// endpoint that
-    // both managers resolve through the Pod's IP.
+    // One live sidecar (ours: the managers are measured, not it). Each node names a Pod of its own
+    // in a pod:// endpoint, as each node's sidecar is a Pod of its own in a cluster, so each manager
+    // keeps a connection per node; every one of those Pods has the live sidecar's address.
     let run = SidecarRun::start(Build::Ours, &client, &namespace, "bench-node", &driver.driver.addons_endpoint).await;
     let SidecarRun::Ours(sidecar) = &run else { unreachable!("asked for ours") };
-    let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), &namespace);
-    let pod = pods.list(&ListParams::default()).await.unwrap().items.remove(0);
-    let pod_name = pod.metadata.name.unwrap();
-    let status = json!({"status": {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}});
-    pods.patch_status(&pod_name, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+    let pods = kube::Api::<Pod>::namespaced(client.clone(), &namespace);
+    let template = pods.list(&ListParams::default()).await.unwrap().items.remove(0);
+    let pod_names = pods_like(&pods, &template, n).await;
     let nodes = dynamic(&client, &namespace, "CSIAddonsNode");
-    let endpoint = format!("pod://{pod_name}.{namespace}:{}", sidecar.port);
     futures::stream::iter(0..n)
         .map(|i| {
-            let (nodes, endpoint) = (nodes.clone(), endpoint.clone());
+            let nodes = nodes.clone();
+            let endpoint = format!("pod://{}.{namespace}:{}", pod_names[i], sidecar.port);
             async move {
                 let node: kube::api::DynamicObject = serde_json::from_value(json!({
                     "apiVersion": "csiaddons.openshift.io/v1alpha1", "kind": "CSIAddonsNode",
@@ -213,7 +244,7 @@ async fn bench_manager_idle_with_many_csiaddonsnodes() {
         .buffer_unordered(32)
         .collect::<Vec<()>>()
         .await;
-    println!("manager idle with {n} CSIAddonsNodes (one live sidecar behind them all)");
+    println!("manager idle with {n} CSIAddonsNodes, each naming a Pod of its own (one live sidecar behind them all)");
     let mut measured = Vec::new();
     let builds: &[Build] = if rig::ours_only() { &[Build::Ours] } else { &[Build::Ours, Build::Upstream] };
     for &build in builds {

@@ -106,7 +106,7 @@ async fn bench_manager_annotation_fan_out() {
         let namespace = cp.namespace(&client, &format!("bench-{n}")).await.unwrap();
         let creating = Instant::now();
         let handles: Vec<String> = (0..n).map(|i| format!("{namespace}-volume-{i}")).collect();
-        rig::bound_pairs(&client, &namespace, &class_name, DRIVER, &handles).await;
+        testenv::bound_claims::bound_pairs(&client, &namespace, &class_name, DRIVER, &handles).await;
         println!("\nN = {n} (bound pairs written in {:.1} s)", creating.elapsed().as_secs_f64());
         // Ours first: upstream's pvc mode writes annotations onto the PVCs it schedules.
         let ours = measure(&client, &namespace, n, Build::Ours, dir.path()).await;

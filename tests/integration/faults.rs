@@ -84,7 +84,7 @@ impl Scene {
         let driver_name = format!("{namespace}.csi-addons-rs.io");
         let driver = Harness::start_with(&["--driver-name", &driver_name]).await;
         let volumes = rig::block_volumes(&driver, "fault", jobs).await;
-        rig::bound_pairs(&client, &namespace, "", &driver_name, &volumes).await;
+        testenv::bound_claims::bound_pairs(&client, &namespace, "", &driver_name, &volumes).await;
         let identity = ManagerIdentity::new(&client, &namespace).await;
         let pod = sidecar_pod(&client, &namespace, NODE, Workload::DaemonSet, "csi-plugin").await;
         let sidecar = SidecarProcess::start(&pod, NODE, &driver.driver.addons_endpoint, Serving::Plain, &[]);

@@ -1,5 +1,5 @@
 //! What the benchmarks (`make bench`) and the fault suite (`make test-faults`) share: raw-block
-//! volumes of the reference driver bound to PVCs by direct writes, a manager and a sidecar of either
+//! volumes of the reference driver (bound to PVCs by `testenv::bound_claims`), a manager and a sidecar of either
 //! build (ours, or upstream's v0.14.0 as a test peer), batches of ReclaimSpaceJobs and how they
 //! ended, figures from /proc, and each user's requests from the API server's audit log.
 use std::collections::BTreeMap;
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use api::proto::csi::v1 as csi;
 use demo::peers::ServiceAccountFiles;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use testenv::poll::MINUTE;
@@ -69,60 +69,6 @@ pub async fn block_volumes(driver: &Harness, prefix: &str, n: usize) -> Vec<Stri
         .buffered(4)
         .collect()
         .await
-}
-
-/// PVC `data-<i>` bound to PV `<namespace>-pv-<i>` of `driver` with volume handle `handles[i]`
-/// (both statuses Bound, as the PV binder would leave them), 32 writes in flight.
-pub async fn bound_pairs(client: &kube::Client, namespace: &str, class: &str, driver: &str, handles: &[String]) {
-    let pvs = Api::<PersistentVolume>::all(client.clone());
-    let pvcs = Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace);
-    let bound = json!({"status": {"phase": "Bound"}});
-    futures::stream::iter(handles.iter().enumerate())
-        .map(|(i, handle)| {
-            let (pvs, pvcs, bound) = (pvs.clone(), pvcs.clone(), bound.clone());
-            async move {
-                let (pv_name, pvc_name) = (format!("{namespace}-pv-{i}"), format!("data-{i}"));
-                let pv: PersistentVolume = serde_json::from_value(json!({
-                    "metadata": {"name": pv_name},
-                    "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": class,
-                             "csi": {"driver": driver, "volumeHandle": handle},
-                             "claimRef": {"namespace": namespace, "name": pvc_name}},
-                }))
-                .unwrap();
-                let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
-                    "metadata": {"name": pvc_name},
-                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
-                             "storageClassName": class, "volumeName": pv_name},
-                }))
-                .unwrap();
-                let created = PostParams::default();
-                let status = PatchParams::default();
-                persist("creating a PV", async || pvs.create(&created, &pv).await.map(drop)).await;
-                persist("creating a PVC", async || pvcs.create(&created, &pvc).await.map(drop)).await;
-                let bound = Patch::Merge(&bound);
-                persist("binding a PV", async || pvs.patch_status(&pv_name, &status, &bound).await.map(drop)).await;
-                persist("binding a PVC", async || pvcs.patch_status(&pvc_name, &status, &bound).await.map(drop)).await;
-            }
-        })
-        .buffer_unordered(32)
-        .collect::<Vec<()>>()
-        .await;
-}
-
-/// Runs a write until it succeeds or says the object exists (an earlier try got through before the
-/// connection dropped): a busy API server under a benchmark's load may cut a connection.
-async fn persist(what: &str, mut write: impl AsyncFnMut() -> Result<(), kube::Error>) {
-    for attempt in 1..=10 {
-        match write().await {
-            Ok(()) => return,
-            Err(kube::Error::Api(status)) if status.code == 409 => return,
-            Err(e) if attempt < 10 => {
-                eprintln!("{what}: {e}; trying again");
-                tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
-            }
-            Err(e) => panic!("{what}: {e}"),
-        }
-    }
 }
 
 /// A manager process of either build, logging to its own file.
