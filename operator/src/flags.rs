@@ -115,6 +115,10 @@ pub struct ManagerCli {
     /// Timeout of one reclaim-space call to a sidecar.
     #[arg(long, env = "RECLAIM_SPACE_TIMEOUT", default_value = "3m", value_parser = positive_duration)]
     pub reclaim_space_timeout: Duration,
+    /// How long a sidecar connection that nothing calls stays open (the next call dials again);
+    /// 0 keeps every connection open for good, as upstream does.
+    #[arg(long, env = "SIDECAR_IDLE_TIMEOUT", default_value = "2m", value_parser = duration)]
+    pub sidecar_idle_timeout: Duration,
     /// Workers per controller.
     #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value = "100", value_parser = workers)]
     pub max_concurrent_reconciles: usize,
@@ -258,6 +262,7 @@ mod tests {
         assert!(cli.metrics_secure && cli.enable_auth && !cli.enable_http2 && !cli.leader_elect);
         assert_eq!(cli.health_probe_bind_address, ":8081");
         assert_eq!(cli.reclaim_space_timeout, Duration::from_secs(180));
+        assert_eq!(cli.sidecar_idle_timeout, Duration::from_secs(120));
         assert_eq!(cli.max_concurrent_reconciles, 100);
         assert_eq!(cli.namespace, "csi-addons-system");
         assert_eq!(cli.schedule_precedence, SchedulePrecedence::Pvc);

@@ -13,6 +13,7 @@ pub mod driver_trust;
 pub mod events;
 pub mod flags;
 pub mod future_sizes;
+pub mod idle_channel;
 pub mod manager;
 pub mod metrics;
 pub mod names;

@@ -227,6 +227,18 @@ async fn publish_workers(mut settings: watch::Receiver<Settings>, gauge: IntGaug
 }
 
 /// Runs the reconcilers while this manager leads; stops them when it stops leading.
+/// Closes the sidecar connections nothing has called for `idle` (`idle_channel`), looking four
+/// times per idle period.
+async fn close_idle_connections(pool: Arc<crate::pool::Pool>, idle: Duration, mut stop: watch::Receiver<bool>) {
+    let every = (idle / 4).max(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(every) => pool.close_idle(idle),
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
 async fn lead(
     ctx: Arc<Core>,
     volume_health_cleanup: bool,
@@ -381,6 +393,9 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
             let _ = stopped.wait_for(|s| *s).await;
             drop(leading_tx);
         });
+    }
+    if !cli.sidecar_idle_timeout.is_zero() {
+        tasks.spawn(close_idle_connections(core.pool.clone(), cli.sidecar_idle_timeout, stop.clone()));
     }
     tasks.spawn(lead(core, cli.enable_volume_health_cleanup, leading, stop.clone()));
 

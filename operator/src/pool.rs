@@ -14,7 +14,7 @@ use kube::Api;
 
 use crate::compact::PodIp;
 use crate::core::read::read_cached;
-use crate::sidecar_client::SidecarChannel;
+use crate::idle_channel::IdleChannel;
 
 /// Where a CSIAddonsNode says its sidecar listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,7 +130,8 @@ pub struct Connection {
     pub endpoint: String,
     /// `<field>.<VALUE>` strings.
     pub capabilities: Vec<String>,
-    pub channel: SidecarChannel,
+    /// Open while used; closed after `--sidecar-idle-timeout` without a call.
+    pub channel: IdleChannel,
     /// The per-driver trust's stamp when the channel was dialled (`DriverTrust::stamp`): a
     /// channel redials with the TLS settings it was made with, so one made under other trust
     /// is dialled anew.
@@ -213,6 +214,13 @@ impl Pool {
 
     pub fn get(&self, key: &str) -> Option<Arc<Connection>> {
         self.read().get(key).cloned()
+    }
+
+    /// Closes the connections nothing has called for `idle` (each dials again at its next call).
+    pub fn close_idle(&self, idle: std::time::Duration) {
+        for connection in self.read().values() {
+            connection.channel.close_if_idle(idle);
+        }
     }
 
     /// How many connections there are (for metrics).

@@ -275,57 +275,89 @@ impl Security {
 
     /// Connects to `address` (`host:port`, IPv6 in brackets), a sidecar of `driver`.
     pub async fn connect(&self, address: &str, driver: &str) -> Result<SidecarChannel, ClientError> {
+        let (endpoint, tls) = self.dialer(address, driver)?;
+        let connected = match tls {
+            None => endpoint.connect().await,
+            Some(tls) => endpoint.connect_with_connector(tls.connector()).await,
+        };
+        let channel = connected.map_err(|source| ClientError::Connect { endpoint: address.to_owned(), source })?;
+        Ok(InterceptedService::new(channel, self.token.clone()))
+    }
+
+    /// As [`Security::connect`], but connects at the first call (a connection closed for
+    /// idleness, opened again), with the driver's trust as it is now.
+    pub fn connect_lazy(&self, address: &str, driver: &str) -> Result<SidecarChannel, ClientError> {
+        let (endpoint, tls) = self.dialer(address, driver)?;
+        let channel = match tls {
+            None => endpoint.connect_lazy(),
+            Some(tls) => endpoint.connect_with_connector_lazy(tls.connector()),
+        };
+        Ok(InterceptedService::new(channel, self.token.clone()))
+    }
+
+    /// The endpoint of `address`, and how to wrap its TCP in TLS (`None`: plain TCP).
+    fn dialer(&self, address: &str, driver: &str) -> Result<(Endpoint, Option<TlsTarget>), ClientError> {
         let bad = |why: &str| ClientError::Endpoint { endpoint: address.to_owned(), why: why.to_owned() };
         let endpoint = Endpoint::from_shared(format!("http://{address}"))
             .map_err(|e| bad(&e.to_string()))?
             .connect_timeout(CONNECT_TIMEOUT);
-        let connected = match &self.tls {
-            None => endpoint.connect().await,
-            Some(default) => {
-                let (config, name) = match self.trust.verifier(driver) {
-                    Some(Err(why)) => {
-                        return Err(ClientError::Untrusted {
-                            driver: driver.to_owned(),
-                            why: format!(
-                                "the CA bundle in its CSIDriver's annotation {SIDECAR_CA_ANNOTATION} cannot be used: {why}"
-                            ),
-                        });
-                    }
-                    // The driver's own CA, and its name as the server name.
-                    Some(Ok(config)) => {
-                        let name = ServerName::try_from(driver.to_owned()).map_err(|e| bad(&e.to_string()))?;
-                        (config, name)
-                    }
-                    None => {
-                        if !self.verified && self.trust.first_unverified(driver) {
-                            tracing::warn!(
-                                %driver,
-                                "the sidecars of this driver are not verified: its CSIDriver names no CA \
-                                 (annotation {}) and no --sidecar-ca-file is given (upstream's self-signed mode)",
-                                SIDECAR_CA_ANNOTATION
-                            );
-                        }
-                        let host = address.rsplit_once(':').map(|(h, _)| h).ok_or_else(|| bad("no port"))?;
-                        let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
-                        (default.clone(), ServerName::try_from(host).map_err(|e| bad(&e.to_string()))?)
-                    }
-                };
-                let connector = tokio_rustls::TlsConnector::from(config.clone());
-                let target = address.to_owned();
-                endpoint
-                    .connect_with_connector(tower::service_fn(move |_: Uri| {
-                        let (connector, name, target) = (connector.clone(), name.clone(), target.clone());
-                        async move {
-                            let tcp = tokio::net::TcpStream::connect(&target).await?;
-                            let tls = connector.connect(name, tcp).await?;
-                            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
-                        }
-                    }))
-                    .await
+        let Some(default) = &self.tls else { return Ok((endpoint, None)) };
+        let (config, name) = match self.trust.verifier(driver) {
+            Some(Err(why)) => {
+                return Err(ClientError::Untrusted {
+                    driver: driver.to_owned(),
+                    why: format!(
+                        "the CA bundle in its CSIDriver's annotation {SIDECAR_CA_ANNOTATION} cannot be used: {why}"
+                    ),
+                });
+            }
+            // The driver's own CA, and its name as the server name.
+            Some(Ok(config)) => {
+                let name = ServerName::try_from(driver.to_owned()).map_err(|e| bad(&e.to_string()))?;
+                (config, name)
+            }
+            None => {
+                if !self.verified && self.trust.first_unverified(driver) {
+                    tracing::warn!(
+                        %driver,
+                        "the sidecars of this driver are not verified: its CSIDriver names no CA \
+                         (annotation {}) and no --sidecar-ca-file is given (upstream's self-signed mode)",
+                        SIDECAR_CA_ANNOTATION
+                    );
+                }
+                let host = address.rsplit_once(':').map(|(h, _)| h).ok_or_else(|| bad("no port"))?;
+                let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+                (default.clone(), ServerName::try_from(host).map_err(|e| bad(&e.to_string()))?)
             }
         };
-        let channel = connected.map_err(|source| ClientError::Connect { endpoint: address.to_owned(), source })?;
-        Ok(InterceptedService::new(channel, self.token.clone()))
+        Ok((endpoint, Some(TlsTarget { config, name, address: address.to_owned() })))
+    }
+}
+
+type TlsIo = hyper_util::rt::TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
+
+/// Where TLS goes: the client configuration, the name to verify, the address to dial.
+struct TlsTarget {
+    config: Arc<ClientConfig>,
+    name: ServerName<'static>,
+    address: String,
+}
+
+impl TlsTarget {
+    /// A connector that dials TCP and speaks TLS over it.
+    fn connector(
+        self,
+    ) -> impl tower::Service<Uri, Response = TlsIo, Error = std::io::Error, Future: Send> + Clone + Send {
+        let connector = tokio_rustls::TlsConnector::from(self.config);
+        let (name, target) = (self.name, self.address);
+        tower::service_fn(move |_: Uri| {
+            let (connector, name, target) = (connector.clone(), name.clone(), target.clone());
+            async move {
+                let tcp = tokio::net::TcpStream::connect(&target).await?;
+                let tls = connector.connect(name, tcp).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
+            }
+        })
     }
 }
 

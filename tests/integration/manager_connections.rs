@@ -1,6 +1,7 @@
 //! The manager's connections to sidecars: a healthy one is kept across passes (one TCP
-//! connection, not a dial per pass), a status write starts no pass, and one is pooled before the
-//! fence clients are asked for, so a failing GetFenceClients leaves it usable.
+//! connection, not a dial per pass), one unused for `--sidecar-idle-timeout` closes and the next
+//! call dials again, a status write starts no pass, and one is pooled before the fence clients are
+//! asked for, so a failing GetFenceClients leaves it usable.
 use std::time::Duration;
 
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -51,6 +52,22 @@ async fn a_healthy_connection_is_kept_across_passes() {
     }
     stage.manager.eventually("three more passes", async |_| capability_calls(&sidecar).await >= asked + 3).await;
     assert_eq!(clients_of(sidecar.port), first, "a pass dialled the sidecar again");
+}
+
+#[tokio::test]
+async fn an_unused_connection_closes_and_the_next_call_dials_again() {
+    let capabilities = ["service.CONTROLLER_SERVICE", "reclaim_space.OFFLINE"];
+    let stage = Stage::with_flags("conn-idle", &capabilities, &["--sidecar-idle-timeout=2s"]).await;
+    let sidecar = stage.sidecar("node-i").await;
+    stage.manager.eventually("the idle connection closes", async |_| clients_of(sidecar.port).is_empty()).await;
+    // Closed for idleness, the node is still Connected, and a job's call dials again.
+    let nodes = stage.api("CSIAddonsNode");
+    let node = nodes.list(&ListParams::default()).await.unwrap().items.remove(0);
+    assert_eq!(node.data["status"]["state"], "Connected", "{:?}", node.data["status"]);
+    bound_pvc(&stage.client, &stage.namespace, "data", &stage.driver_name, None, json!({})).await;
+    let status = stage.job("ReclaimSpaceJob", "after-idle", json!({"target": {"persistentVolumeClaim": "data"}})).await;
+    assert_eq!(status["result"], "Succeeded", "{status}");
+    stage.manager.eventually("the connection closes again", async |_| clients_of(sidecar.port).is_empty()).await;
 }
 
 #[tokio::test]

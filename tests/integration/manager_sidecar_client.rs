@@ -99,9 +99,14 @@ async fn the_pool_finds_the_leader_past_a_broken_sidecar() {
     let dead = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
     let dead =
         tonic::service::interceptor::InterceptedService::new(dead, operator::sidecar_client::BearerToken::none());
-    pool.put(connection(&elsewhere, "dead-pod", "node-p2", dead));
+    // Kept open: this test closes nothing for idleness.
+    let pooled = |channel: operator::sidecar_client::SidecarChannel| {
+        let again = channel.clone();
+        operator::idle_channel::IdleChannel::new(channel, move || Ok(again.clone()))
+    };
+    pool.put(connection(&elsewhere, "dead-pod", "node-p2", pooled(dead)));
     let live = security.connect(&address, DRIVER).await.unwrap();
-    pool.put(connection(&namespace, &pod.name, "node-p1", live));
+    pool.put(connection(&namespace, &pod.name, "node-p1", pooled(live)));
 
     let leader = pool.leader(&client, DRIVER).await.unwrap();
     assert_eq!((leader.namespace.as_str(), leader.pod.as_str()), (namespace.as_str(), pod.name.as_str()));

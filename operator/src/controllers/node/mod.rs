@@ -30,8 +30,9 @@ use crate::core::error::{Categorized, Category, kube_category};
 use crate::core::fingerprints::{Fingerprints, spec_and_annotations};
 use crate::core::run::Context;
 use crate::core::wakeups::Wakeups;
+use crate::idle_channel::IdleChannel;
 use crate::pool::{Connection, ResolveError, Target, pool_key, resolve};
-use crate::sidecar_client::{ClientError, SidecarChannel, with_timeout};
+use crate::sidecar_client::{ClientError, with_timeout};
 
 const NAME: &str = "csiaddonsnode";
 const CAPABILITIES_TIMEOUT: Duration = Duration::from_secs(60);
@@ -265,9 +266,14 @@ async fn connect(ctx: &Core, node: &CSIAddonsNode, target: &Target, key: &str) -
     let pooled = ctx.pool.get(key).filter(|c| c.endpoint == address && c.trust_stamp == trust_stamp);
     let dial = |address: &str| {
         let address = address.to_owned();
+        let driver = node.spec.driver.name.clone();
         async move {
-            match ctx.security.connect(&address, &node.spec.driver.name).await {
-                Ok(channel) => Ok(channel),
+            match ctx.security.connect(&address, &driver).await {
+                Ok(channel) => {
+                    let security = ctx.security.clone();
+                    let redial = move || security.connect_lazy(&address, &driver);
+                    Ok(IdleChannel::new(channel, redial))
+                }
                 Err(source) => Err(ConnectError::Dial { address, source }),
             }
         }
@@ -294,7 +300,7 @@ fn connection(
     target: &Target,
     address: String,
     capabilities: Vec<String>,
-    channel: SidecarChannel,
+    channel: IdleChannel,
     trust_stamp: u64,
 ) -> Connection {
     Connection {
@@ -310,7 +316,7 @@ fn connection(
     }
 }
 
-async fn capabilities(ctx: &Core, channel: SidecarChannel) -> Result<Vec<String>, ConnectError> {
+async fn capabilities(ctx: &Core, channel: IdleChannel) -> Result<Vec<String>, ConnectError> {
     let request = with_timeout(GetCapabilitiesRequest {}, CAPABILITIES_TIMEOUT);
     let mut client = IdentityClient::new(channel);
     let answer = ctx.metrics.timed_rpc("Identity/GetCapabilities", client.get_capabilities(request)).await;

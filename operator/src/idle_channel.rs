@@ -1,0 +1,117 @@
+//! A sidecar connection that closes while unused, and dials again at the next call. An open
+//! HTTP/2 connection holds about 40 KiB in the manager (its read and write buffers, header tables,
+//! the channel's task) and as much in the sidecar, while most sidecars of a large cluster are
+//! called rarely: a job now and then, the hourly check. Upstream keeps every one open for good.
+//! A call in flight holds its own handle, so closing never cuts one short. How long a connection
+//! may sit unused is `--sidecar-idle-timeout`.
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tonic::body::Body;
+use tonic::codegen::http;
+
+use crate::sidecar_client::{ClientError, SidecarChannel};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Response = <SidecarChannel as tower::Service<http::Request<Body>>>::Response;
+/// Makes a channel that connects at its first call (`Security::connect_lazy`).
+type Redial = Box<dyn Fn() -> Result<SidecarChannel, ClientError> + Send + Sync>;
+
+struct Open {
+    channel: Option<SidecarChannel>,
+    last_used: Instant,
+}
+
+struct Shared {
+    open: Mutex<Open>,
+    redial: Redial,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
+        self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The open channel, or a new one that connects when called.
+    fn channel(&self) -> Result<SidecarChannel, ClientError> {
+        let mut open = self.lock();
+        open.last_used = Instant::now();
+        if let Some(channel) = &open.channel {
+            return Ok(channel.clone());
+        }
+        let channel = (self.redial)()?;
+        open.channel = Some(channel.clone());
+        Ok(channel)
+    }
+}
+
+/// A connection to one sidecar, as the pool keeps it: a tonic service like the channel it wraps.
+pub struct IdleChannel {
+    shared: Arc<Shared>,
+    /// The channel a `poll_ready` made ready, for the `call` that follows.
+    ready: Option<SidecarChannel>,
+}
+
+impl Clone for IdleChannel {
+    fn clone(&self) -> Self {
+        IdleChannel { shared: self.shared.clone(), ready: None }
+    }
+}
+
+impl IdleChannel {
+    /// `connected`, open now; once closed for idleness, `redial` makes the next one.
+    pub fn new(
+        connected: SidecarChannel,
+        redial: impl Fn() -> Result<SidecarChannel, ClientError> + Send + Sync + 'static,
+    ) -> Self {
+        let open = Open { channel: Some(connected), last_used: Instant::now() };
+        IdleChannel { shared: Arc::new(Shared { open: Mutex::new(open), redial: Box::new(redial) }), ready: None }
+    }
+
+    /// Lets the connection go when nothing has asked for it for `idle`: once the calls in flight
+    /// are done, it closes.
+    pub fn close_if_idle(&self, idle: Duration) {
+        let mut open = self.shared.lock();
+        if open.channel.is_some() && open.last_used.elapsed() >= idle {
+            open.channel = None;
+        }
+    }
+
+    /// Whether the connection is kept open (for tests and the pool's metrics).
+    pub fn is_open(&self) -> bool {
+        self.shared.lock().channel.is_some()
+    }
+}
+
+impl tower::Service<http::Request<Body>> for IdleChannel {
+    type Response = Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        if self.ready.is_none() {
+            match self.shared.channel() {
+                Ok(channel) => self.ready = Some(channel),
+                // A status, so the caller's error says why no call was made.
+                Err(e) => return Poll::Ready(Err(Box::new(tonic::Status::unavailable(e.to_string())))),
+            }
+        }
+        match self.ready.as_mut() {
+            Some(channel) => tower::Service::poll_ready(channel, cx).map_err(Into::into),
+            None => Poll::Ready(Err("no channel to call".into())),
+        }
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        match self.ready.take() {
+            Some(mut channel) => {
+                let call = tower::Service::call(&mut channel, request);
+                Box::pin(async move { call.await.map_err(Into::into) })
+            }
+            None => Box::pin(async { Err("called before it was ready".into()) }),
+        }
+    }
+}
