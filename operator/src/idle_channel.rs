@@ -71,8 +71,12 @@ impl IdleChannel {
         IdleChannel { shared: Arc::new(Shared { open: Mutex::new(open), redial: Box::new(redial) }), ready: None }
     }
 
-    /// Lets the connection go when nothing has asked for it for `idle`: once the calls in flight
-    /// are done, it closes.
+    /// Lets the connection go now: once the calls in flight are done, it closes.
+    pub fn close(&self) {
+        self.shared.lock().channel = None;
+    }
+
+    /// Lets the connection go when nothing has asked for it for `idle`, as [`IdleChannel::close`].
     pub fn close_if_idle(&self, idle: Duration) {
         let mut open = self.shared.lock();
         if open.channel.is_some() && open.last_used.elapsed() >= idle {

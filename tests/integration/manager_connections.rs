@@ -1,6 +1,6 @@
-//! The manager's connections to sidecars: a healthy one is kept across passes (one TCP
-//! connection, not a dial per pass), one unused for `--sidecar-idle-timeout` closes and the next
-//! call dials again, a status write starts no pass, and one is pooled before the fence clients are
+//! The manager's connections to sidecars: a node's check keeps none open, one that calls use is
+//! kept across passes (one TCP connection, not a dial per pass), one unused for
+//! `--sidecar-idle-timeout` closes and the next call dials again, a status write starts no pass, and one is pooled before the fence clients are
 //! asked for, so a failing GetFenceClients leaves it usable.
 use std::time::Duration;
 
@@ -36,13 +36,18 @@ async fn capability_calls(sidecar: &crate::sidecar_harness::SidecarProcess) -> u
 }
 
 #[tokio::test]
-async fn a_healthy_connection_is_kept_across_passes() {
+async fn a_check_keeps_no_connection_open_and_one_in_use_is_kept_across_passes() {
     let stage = Stage::new("conn-reuse", &["service.CONTROLLER_SERVICE", "reclaim_space.OFFLINE"]).await;
     let sidecar = stage.sidecar("node-k").await;
+    stage.manager.eventually("the check's connection closes", async |_| clients_of(sidecar.port).is_empty()).await;
+    // A job's call opens one, kept while calls use it (and `--sidecar-idle-timeout`, 2 minutes).
+    bound_pvc(&stage.client, &stage.namespace, "data", &stage.driver_name, None, json!({})).await;
+    let status = stage.job("ReclaimSpaceJob", "opens", json!({"target": {"persistentVolumeClaim": "data"}})).await;
+    assert_eq!(status["result"], "Succeeded", "{status}");
     let first = clients_of(sidecar.port);
     assert_eq!(first.len(), 1, "the manager holds one connection to the sidecar: {first:?}");
     let asked = capability_calls(&sidecar).await;
-    // Each change of the CSIAddonsNode is a pass that reads the capabilities again.
+    // Each change of the CSIAddonsNode is a pass that reads the capabilities again, through it.
     let nodes = stage.api("CSIAddonsNode");
     let name = nodes.list(&ListParams::default()).await.unwrap().items[0].metadata.name.clone().unwrap();
     for i in 0..3 {

@@ -178,6 +178,9 @@ pub(crate) async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<NodeContext>) -
     }
     crate::core::patch::set_finalizer(&ctx, node.as_ref(), CSIADDONSNODE_FINALIZER, true).await?;
 
+    // A check keeps no connection open that calls did not have open already: at a manager's start
+    // every node is checked at once, and an open HTTP/2 connection holds some 40 KiB.
+    let in_use = ctx.pool.get(&key).is_some_and(|c| c.channel.is_open());
     match connect(&ctx, &node, &target, &key).await {
         Ok(connection) => {
             let was = node.status.as_ref().and_then(|s| s.state.clone());
@@ -194,6 +197,9 @@ pub(crate) async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<NodeContext>) -
                 let _ = ctx.state.roster.connected.send(connection.driver.clone());
             }
             let clients = fence_clients::list(&ctx, &node, &connection).await;
+            if !in_use {
+                connection.channel.close();
+            }
             let message = "Successfully established connection with sidecar";
             let status = NodeStatus { state: CONNECTED, message, retries: None, capabilities: Some(capabilities) };
             write_state(&ctx, &node, status, clients.as_ref().ok().cloned()).await?;
@@ -282,13 +288,12 @@ async fn connect(ctx: &Core, node: &CSIAddonsNode, target: &Target, key: &str) -
         Some(connection) => connection.channel.clone(),
         None => dial(&address).await?,
     };
-    let capabilities = match capabilities(ctx, channel.clone()).await {
-        Ok(capabilities) => capabilities,
+    let (capabilities, channel) = match capabilities(ctx, channel.clone()).await {
+        Ok(capabilities) => (capabilities, channel),
         Err(_) if pooled.is_some() => {
             // The pooled channel may be stale (the sidecar restarted at the same address): dial once.
             let fresh = dial(&address).await?;
-            let capabilities = capabilities(ctx, fresh.clone()).await?;
-            return Ok(connection(node, target, address, capabilities, fresh, trust_stamp));
+            (capabilities(ctx, fresh.clone()).await?, fresh)
         }
         Err(e) => return Err(e),
     };
