@@ -1,7 +1,7 @@
 //! A sidecar connection that closes while unused, and dials again at the next call. An open
 //! HTTP/2 connection holds about 40 KiB in the manager (its read and write buffers, header tables,
 //! the channel's task) and as much in the sidecar, while most sidecars of a large cluster are
-//! called rarely: a job now and then, the hourly check. Upstream keeps every one open for good.
+//! called rarely (a job now and then). Upstream keeps every one open for good.
 //! A call in flight holds its own handle, so closing never cuts one short. How long a connection
 //! may sit unused is `--sidecar-idle-timeout`.
 use std::future::Future;
@@ -84,7 +84,7 @@ impl IdleChannel {
         }
     }
 
-    /// Whether the connection is kept open (for tests and the pool's metrics).
+    /// Whether the connection is kept open (a node's check leaves one that calls opened as it is).
     pub fn is_open(&self) -> bool {
         self.shared.lock().channel.is_some()
     }

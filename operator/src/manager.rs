@@ -226,7 +226,6 @@ async fn publish_workers(mut settings: watch::Receiver<Settings>, gauge: IntGaug
     }
 }
 
-/// Runs the reconcilers while this manager leads; stops them when it stops leading.
 /// Closes the sidecar connections nothing has called for `idle` (`idle_channel`), looking four
 /// times per idle period.
 async fn close_idle_connections(pool: Arc<crate::pool::Pool>, idle: Duration, mut stop: watch::Receiver<bool>) {
@@ -239,6 +238,7 @@ async fn close_idle_connections(pool: Arc<crate::pool::Pool>, idle: Duration, mu
     }
 }
 
+/// Runs the reconcilers while this manager leads; stops them when it stops leading.
 async fn lead(
     ctx: Arc<Core>,
     volume_health_cleanup: bool,
