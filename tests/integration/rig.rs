@@ -1,7 +1,8 @@
 //! What the benchmarks (`make bench`) and the fault suite (`make test-faults`) share: raw-block
-//! volumes of the reference driver (bound to PVCs by `testenv::bound_claims`), a manager and a sidecar of either
-//! build (ours, or upstream's v0.14.0 as a test peer), batches of ReclaimSpaceJobs and how they
-//! ended, figures from /proc, and each user's requests from the API server's audit log.
+//! volumes of the reference driver (bound to PVCs by `testenv::bound_claims`), a manager and a
+//! sidecar of either build (ours, or upstream's v0.14.0 as a test peer), batches of
+//! ReclaimSpaceJobs and how they ended, figures from /proc, and each user's requests from the API
+//! server's audit log.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
