@@ -54,7 +54,8 @@ runc_dir="$CSI_ADDONS_CACHE/runc-$RUNC_VERSION"
 if ! built "$runc_dir" runc; then
   # Without seccomp support every sandbox fails ("config provided but seccomp not supported"): runc
   # links libseccomp, statically so the binary runs wherever the cache is.
-  [ -f /usr/include/seccomp.h ] || { log "runc needs libseccomp's headers: apt-get install libseccomp-dev"; exit 1; }
+  # `make cluster-up` on a new machine comes here before .ci/run's package step would have run.
+  [ -f /usr/include/seccomp.h ] || "$here/node-packages.sh"
   log "building runc $RUNC_VERSION with seccomp into $runc_dir (about 30 s, once)"
   GO_MOD_EDITS=()
   GO_CGO=1 GO_BUILD_TAGS="seccomp" go_wrapper_build "$runc_dir" "github.com/opencontainers/runc@$RUNC_VERSION" \

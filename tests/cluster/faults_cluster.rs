@@ -282,6 +282,23 @@ async fn driver_calls(client: &Client) -> BTreeMap<String, usize> {
     calls
 }
 
+/// The driver's calls once the batch is over, read again while the log reads back fewer calls for
+/// some volume than it did before the batch: it only grows while the container runs, so a shorter
+/// read means the Pod was not listed as Running for a moment or the kubelet did not serve the log
+/// (as after containerd restarts), and would count every job as lost. Panics if it stays short.
+async fn driver_calls_after(client: &Client, before: &BTreeMap<String, usize>, fault: &str) -> BTreeMap<String, usize> {
+    let complete = |after: &BTreeMap<String, usize>| {
+        before.iter().all(|(volume, count)| after.get(volume).copied().unwrap_or(0) >= *count)
+    };
+    let read =
+        poll::until(2 * poll::MINUTE, async || Some(driver_calls(client).await).filter(|after| complete(after))).await;
+    if let Some(after) = read {
+        return after;
+    }
+    let (was, now) = (before.values().sum::<usize>(), driver_calls(client).await.values().sum::<usize>());
+    panic!("{fault}: the driver's log reads back {now} calls where it held {was} before the batch: lost or not served")
+}
+
 /// Every job of the batch `prefix`: (succeeded, failed with messages, unfinished names).
 async fn results(jobs: &Api<DynamicObject>, prefix: &str) -> (Vec<String>, Vec<(String, String)>, Vec<String>) {
     let list = jobs.list(&ListParams::default().labels(&format!("batch={prefix}"))).await.map(|l| l.items);
@@ -378,7 +395,7 @@ async fn run(client: &Client, fault: Fault, handles: &[String]) -> FaultRow {
     let plugins = cluster::running_pods(client, DRIVER_NAMESPACE, NODE_PLUGIN_SELECTOR).await;
     assert_eq!(plugins.len(), 1, "{}: the node plugin runs", fault.label());
     let (succeeded, failed, unfinished) = results(&jobs, prefix).await;
-    let after = driver_calls(client).await;
+    let after = driver_calls_after(client, &before, fault.label()).await;
     // Calls made during this batch (the log is the container's since it started; it did not restart).
     let calls = |handle: &String| {
         after.get(handle).copied().unwrap_or(0).saturating_sub(before.get(handle).copied().unwrap_or(0))
