@@ -21,10 +21,12 @@ pub async fn run_all(core: Arc<Core>, volume_health_cleanup: bool, stop: watch::
     let mut tasks = tokio::task::JoinSet::new();
     let attachments = Arc::new(Attachments::default());
     tasks.spawn(Attachments::follow(core.clone(), attachments.clone(), stopped(stop.clone())));
-    let (roster, node_changes, connected) = node::watch(&core);
+    let (roster, node_changes, node_copies, connected) = node::watch(&core);
+    let (store, ready) = roster.cache();
     tasks.spawn(node::run(core.clone(), roster.clone(), node_changes, stopped(stop.clone())));
     tasks.spawn(network_fence::run(core.clone(), stopped(stop.clone())));
-    tasks.spawn(network_fence_class::run(core.clone(), stopped(stop.clone())));
+    let nodes = network_fence_class::Nodes { store, ready };
+    tasks.spawn(network_fence_class::run(core.clone(), nodes, node_copies, stopped(stop.clone())));
     tasks.spawn(volume_replication::run(core.clone(), stopped(stop.clone())));
     tasks.spawn(volume_group_replication::run(core.clone(), stopped(stop.clone())));
     tasks.spawn(volume_group_replication_content::run(core.clone(), stopped(stop.clone())));

@@ -172,6 +172,21 @@ async fn a_fence_is_applied_lifted_and_lifted_again_before_its_deletion() {
         })
         .await;
 
+    // The class's name taken out of the node's annotation by hand: the node's change brings it back.
+    let annotation = "csiaddons.openshift.io/networkfenceclass-names";
+    let node = nodes.list(&ListParams::default()).await.unwrap().items.remove(0);
+    let name = node.metadata.name.clone().unwrap();
+    let patch = json!({"metadata": {"annotations": {annotation: "[]"}}});
+    nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    stage
+        .manager
+        .eventually("the class named again on the CSIAddonsNode", async |_| {
+            let node = nodes.get(&name).await.unwrap();
+            let named = node.metadata.annotations.as_ref().and_then(|a| a.get(annotation));
+            named.is_some_and(|v| v.contains(&class))
+        })
+        .await;
+
     let fence = format!("{}-a", stage.namespace);
     stage.create_fence(&fence, &class, "10.77.0.0/24").await;
     let status = stage.fence_says(&fence, "fencing operation successful").await;

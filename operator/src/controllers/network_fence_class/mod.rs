@@ -1,40 +1,62 @@
 //! NetworkFenceClass: name the class in the `networkfenceclass-names` annotation of every
 //! CSIAddonsNode of its driver that can list fence clients (the CSIAddonsNode reconciler then
 //! fills `networkFenceClientStatus`), and take it out again when the class goes. fetch (class,
-//! the driver's CSIAddonsNodes) → validate (reserved parameters) → decide (`annotation_change`)
-//! → act (patch the annotations) → finalizer. It honours `max-concurrent-reconciles` (upstream's
-//! runs one worker).
+//! the driver's CSIAddonsNodes from the node controller's cache) → validate (reserved
+//! parameters) → decide (`annotation_change`) → act (patch the annotations) → finalizer. It
+//! honours `max-concurrent-reconciles` (upstream's runs one worker).
 pub mod decide;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use api::csiaddons::{CSIADDONSNODE_FINALIZER, CSIAddonsNode, NetworkFenceClass};
-use futures::Future;
-use kube::api::ListParams;
+use futures::{Future, StreamExt};
+use kube::runtime::Controller;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
+use tokio::sync::mpsc;
 
 use self::decide::{CLASS_NAMES_ANNOTATION, GET_CLIENTS_TO_FENCE, annotation_change, class_names, class_parameters};
-use crate::core::Core;
+use crate::cache_ready::Ready;
+use crate::core::run::Context;
 
 const NAME: &str = "networkfenceclass";
 /// A CSIAddonsNode whose capabilities are not known yet is looked at again after this.
 const CAPABILITIES_PENDING: Duration = Duration::from_secs(10);
 
-pub async fn run(ctx: Arc<Core>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
-    let (store, ready, changes) = crate::core::watch::trimmed_watch(Api::<NetworkFenceClass>::all(ctx.client.clone()));
-    ctx.caches.follow(NAME, ready);
+/// The CSIAddonsNodes as the node controller's watch caches them, and when that cache has its
+/// first full list.
+pub struct Nodes {
+    pub store: Store<CSIAddonsNode>,
+    pub ready: Ready,
+}
+
+pub type ClassContext = Context<Nodes>;
+
+/// Runs until `stop`; `node_changes` is every CSIAddonsNode the node watch applies.
+pub async fn run(
+    core: Arc<crate::core::Core>,
+    nodes: Nodes,
+    node_changes: mpsc::UnboundedReceiver<CSIAddonsNode>,
+    stop: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (store, ready, changes) = crate::core::watch::trimmed_watch(Api::<NetworkFenceClass>::all(core.client.clone()));
+    core.caches.follow(NAME, ready);
     // A CSIAddonsNode that can list fence clients but lacks a class of its driver (a new sidecar,
     // or an annotation edited by hand) brings that class back.
-    let nodes =
-        watcher(ctx.watched::<CSIAddonsNode>(), crate::core::watch::list_config()).default_backoff().applied_objects();
+    let node_changes =
+        futures::stream::unfold(
+            node_changes,
+            |mut changes| async move { changes.recv().await.map(|node| (node, changes)) },
+        );
     let classes = store.clone();
     let controller = Controller::for_stream(changes, store)
-        .watches_stream(nodes, move |node: CSIAddonsNode| missing_classes(&classes, &node));
+        .watches_stream(node_changes.map(Ok::<_, kube::runtime::watcher::Error>), move |node: CSIAddonsNode| {
+            missing_classes(&classes, &node)
+        });
+    let ctx = Arc::new(Context::new(core, nodes));
     crate::core::run::run_controller(controller, ctx, NAME, stop, reconcile).await;
 }
 
@@ -56,18 +78,18 @@ fn offers_clients(node: &CSIAddonsNode) -> bool {
     node.status.as_ref().is_some_and(|s| s.capabilities.iter().any(|c| c == GET_CLIENTS_TO_FENCE))
 }
 
-pub(crate) async fn reconcile(class: Arc<NetworkFenceClass>, ctx: Arc<Core>) -> Result<Action, kube::Error> {
+pub(crate) async fn reconcile(class: Arc<NetworkFenceClass>, ctx: Arc<ClassContext>) -> Result<Action, kube::Error> {
     let name = class.name_any();
     let deleting = class.metadata.deletion_timestamp.is_some();
     let driver = &class.spec.provisioner;
-    let listed = match ctx.watched::<CSIAddonsNode>().list(&ListParams::default()).await {
-        Ok(list) => list.items,
-        // The CSIAddonsNode kind is no longer served (its CRD deleted, as when the operator is
-        // uninstalled): no node carries this class's name, so a deletion has nothing to undo.
-        Err(kube::Error::Api(status)) if deleting && status.code == 404 => Vec::new(),
-        Err(error) => return Err(error),
-    };
-    let nodes: Vec<CSIAddonsNode> = listed.into_iter().filter(|n| &n.spec.driver.name == driver).collect();
+    // Before its first list the cache would read as "no node of this driver".
+    if ctx.state.ready.wait().await.is_err() {
+        return Ok(Action::requeue(CAPABILITIES_PENDING));
+    }
+    // A node the cache still holds but the API server no longer has (its CRD deleted, as when the
+    // operator is uninstalled) takes a patch as done: `patch_merge` reads 404 as nothing to undo.
+    let nodes: Vec<Arc<CSIAddonsNode>> =
+        ctx.state.store.state().into_iter().filter(|n| &n.spec.driver.name == driver).collect();
     // With --watch-namespace, a class whose driver has no sidecar here is another manager's.
     if ctx.watch_namespace.is_some() && nodes.is_empty() {
         return Ok(Action::await_change());
@@ -94,7 +116,7 @@ pub(crate) async fn reconcile(class: Arc<NetworkFenceClass>, ctx: Arc<Core>) -> 
                 "annotations": {CLASS_NAMES_ANNOTATION: value},
                 "resourceVersion": node.resource_version(),
             }});
-            crate::core::patch::patch_merge(&ctx, node, &patch).await?;
+            crate::core::patch::patch_merge(&ctx, node.as_ref(), &patch).await?;
         }
     }
     if deleting {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use api::csiaddons::{CSIADDONSNODE_FINALIZER, CSIAddonsNode, NetworkFenceClientStatus};
 use api::proto::identity::GetCapabilitiesRequest;
 use api::proto::identity::identity_client::IdentityClient;
-use futures::Future;
+use futures::{Future, StreamExt};
 use kube::runtime::controller::Action;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, ResourceExt};
@@ -99,18 +99,28 @@ enum ConnectError {
     Capabilities { code: tonic::Code, message: String },
 }
 
-/// The CSIAddonsNode watch: the roster the other controllers read, the node controller's stream
-/// of changes, and the news of drivers whose sidecars were pooled.
+/// The CSIAddonsNode watch, the manager's only one: the roster the other controllers read, the
+/// node controller's stream of changes, a copy of each change for the NetworkFenceClass
+/// controller (a second watch of every node would cost its list requests and its decoding), and
+/// the news of drivers whose sidecars were pooled.
 pub fn watch(
     core: &Core,
 ) -> (
     Roster,
     impl futures::Stream<Item = Result<CSIAddonsNode, watcher::Error>> + Send + 'static,
+    mpsc::UnboundedReceiver<CSIAddonsNode>,
     mpsc::UnboundedReceiver<String>,
 ) {
     let (store, ready, changes) = crate::core::watch::trimmed_watch(core.watched::<CSIAddonsNode>());
+    let (copies, copied) = mpsc::unbounded_channel();
+    let changes = changes.inspect(move |change| {
+        if let Ok(node) = change {
+            // The receiver goes only when the manager stops leading, as this stream does.
+            let _ = copies.send(node.clone());
+        }
+    });
     let (connected, news) = mpsc::unbounded_channel();
-    (Roster { store, ready, failed: Arc::default(), connected }, changes, news)
+    (Roster { store, ready, failed: Arc::default(), connected }, changes, copied, news)
 }
 
 pub async fn run(

@@ -51,6 +51,11 @@ impl Roster {
         }
     }
 
+    /// The cache of CSIAddonsNodes, and when it has its first full list.
+    pub fn cache(&self) -> (Store<CSIAddonsNode>, Ready) {
+        (self.store.clone(), self.ready.clone())
+    }
+
     pub(super) fn failed_count(&self) -> usize {
         locked(&self.failed).len()
     }
