@@ -25,6 +25,10 @@ use crate::sidecar_client::{ClientError, Security};
 pub const LEASE_NAME: &str = "e8cd140a.openshift.io";
 /// How often readiness re-checks that the API server answers for the CSI-Addons kinds.
 const READY_CHECK: Duration = Duration::from_secs(2);
+/// How often the API server is asked again whether it serves CSIAddonsNodes once it did: each
+/// ask is a request, and asking every READY_CHECK for ever would be most of an idle manager's
+/// requests (a kubelet probes every 10 s by default).
+const READY_RECHECK: Duration = Duration::from_secs(30);
 
 /// Why the manager could not start.
 #[derive(Debug, thiserror::Error)]
@@ -120,12 +124,21 @@ async fn watch_readiness(
     mut stop: watch::Receiver<bool>,
 ) {
     let nodes = Api::<CSIAddonsNode>::all(client);
+    // The API server's last answer, and when it came: the caches are looked at every
+    // READY_CHECK (no request), the API server asked again after READY_RECHECK once it answered.
+    let mut served: Option<(Result<(), String>, tokio::time::Instant)> = None;
     loop {
+        let due = served.as_ref().is_none_or(|(answer, at)| answer.is_err() || at.elapsed() >= READY_RECHECK);
+        if due {
+            let answer =
+                nodes.list_metadata(&ListParams::default().limit(1)).await.map(|_| ()).map_err(|e| e.to_string());
+            served = Some((answer, tokio::time::Instant::now()));
+        }
         let unsynced = caches.unsynced();
-        let state = match nodes.list_metadata(&ListParams::default().limit(1)).await {
-            Err(e) => Err(NotReady::ApiServer(e.to_string())),
-            Ok(_) if !unsynced.is_empty() => Err(NotReady::Caches(unsynced)),
-            Ok(_) => Ok(()),
+        let state = match served.as_ref().map(|(answer, _)| answer) {
+            Some(Err(e)) => Err(NotReady::ApiServer(e.clone())),
+            _ if !unsynced.is_empty() => Err(NotReady::Caches(unsynced)),
+            _ => Ok(()),
         };
         ready.send_if_modified(|current| {
             let changed = *current != state;
