@@ -103,20 +103,29 @@ pub fn signal(signal: &str, pid: u32) {
 }
 
 /// The processes of this machine, in any container, whose arguments satisfy `matches`, by PID.
-/// Processes that end while they are read are skipped.
+/// Processes that end while they are read are skipped, and so is a match whose parent matches
+/// too: a process that starts a command (the reference driver runs `losetup`) has a child that
+/// carries the parent's arguments until it execs, which is not a second copy of the program.
 pub fn pids_where(matches: impl Fn(&[String]) -> bool) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    let mut pids = Vec::new();
+    let mut found = Vec::new();
     for entry in entries.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
         let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else { continue };
         let args: Vec<String> =
             raw.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
         if matches(&args) {
-            pids.push(pid);
+            found.push((pid, parent_of(pid)));
         }
     }
-    pids
+    let matched: Vec<u32> = found.iter().map(|(pid, _)| *pid).collect();
+    found.into_iter().filter(|(_, parent)| parent.is_none_or(|p| !matched.contains(&p))).map(|(pid, _)| pid).collect()
+}
+
+/// The parent's PID, from `/proc/PID/status`; `None` once the process has ended.
+fn parent_of(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("PPid:")).and_then(|v| v.trim().parse().ok())
 }
 
 /// The reference driver's `method` calls in its log's text (one line each, naming `volume=<id>`),
@@ -147,4 +156,41 @@ fn strip_ansi(line: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shell's subshell is a fork that keeps the shell's arguments while its command runs: the
+    /// shell is found, the fork is not.
+    #[test]
+    fn a_forked_child_with_its_parents_arguments_is_not_a_second_process() {
+        let marker = format!("pids-where-{}", std::process::id());
+        let mut shell =
+            Command::new("sh").args(["-c", "(sleep 30; true); true", &marker]).process_group(0).spawn().unwrap();
+        let matches = |args: &[String]| args.contains(&marker);
+        let mut forks = 0;
+        for _ in 0..100 {
+            forks = std::fs::read_dir("/proc")
+                .unwrap()
+                .flatten()
+                .filter(|e| {
+                    std::fs::read(e.path().join("cmdline"))
+                        .is_ok_and(|c| c.windows(marker.len()).any(|w| w == marker.as_bytes()))
+                })
+                .count();
+            if forks == 2 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let found = pids_where(matches);
+        // The whole group, so that the subshell and its sleep go too.
+        let group = format!("-{}", shell.id());
+        assert!(Command::new("kill").args(["-KILL", "--", &group]).status().unwrap().success());
+        shell.wait().unwrap();
+        assert_eq!(forks, 2, "the shell and its subshell carry the marker");
+        assert_eq!(found, vec![shell.id()]);
+    }
 }

@@ -181,14 +181,25 @@ fn restart(process: &str) {
 struct Stopped(u32);
 
 impl Stopped {
+    /// Waits up to a minute for exactly one: after a restart row, a container being replaced can
+    /// still be exiting beside its successor.
     fn controller_driver() -> Self {
-        let pids = pids_where(|args| {
-            args.first().is_some_and(|a| a.ends_with("reference-driver"))
-                && args.iter().any(|a| a == "--mode=controller")
-        });
-        let [pid] = pids[..] else { panic!("one controller-mode reference-driver runs on the node, found {pids:?}") };
-        signal("-STOP", pid);
-        Stopped(pid)
+        let drivers = || {
+            pids_where(|args| {
+                args.first().is_some_and(|a| a.ends_with("reference-driver"))
+                    && args.iter().any(|a| a == "--mode=controller")
+            })
+        };
+        let mut pids = drivers();
+        for _ in 0..60 {
+            if let [pid] = pids[..] {
+                signal("-STOP", pid);
+                return Stopped(pid);
+            }
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            pids = drivers();
+        }
+        panic!("one controller-mode reference-driver runs on the node, found {pids:?}")
     }
 }
 
