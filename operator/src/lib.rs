@@ -18,6 +18,7 @@ pub mod manager;
 pub mod metrics;
 pub mod names;
 pub mod pool;
+pub mod pv_drivers;
 pub mod runner;
 pub mod schedule;
 pub mod secure_metrics;

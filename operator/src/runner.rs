@@ -5,13 +5,14 @@ use api::csiaddons::{EncryptionKeyRotationCronJob, EncryptionKeyRotationJob, Rec
 use tokio::sync::watch;
 
 use crate::controllers::cron_jobs::{self, ManagedCrons};
-use crate::controllers::jobs::{self, attachments::Attachments};
+use crate::controllers::jobs::{self, VolumeCaches, attachments::Attachments};
 use crate::controllers::{
     network_fence, network_fence_class, node, pvc, volume_group_replication, volume_group_replication_content,
     volume_health, volume_replication,
 };
 use crate::core::Core;
 use crate::core::wakeups::Wakeups;
+use crate::pv_drivers::PvDrivers;
 
 /// Runs every controller until `stop`.
 pub async fn run_all(core: Arc<Core>, volume_health_cleanup: bool, stop: watch::Receiver<bool>) {
@@ -30,8 +31,11 @@ pub async fn run_all(core: Arc<Core>, volume_health_cleanup: bool, stop: watch::
     tasks.spawn(volume_replication::run(core.clone(), stopped(stop.clone())));
     tasks.spawn(volume_group_replication::run(core.clone(), stopped(stop.clone())));
     tasks.spawn(volume_group_replication_content::run(core.clone(), stopped(stop.clone())));
-    tasks.spawn(jobs::run::<ReclaimSpaceJob>(core.clone(), attachments.clone(), stopped(stop.clone())));
-    tasks.spawn(jobs::run::<EncryptionKeyRotationJob>(core.clone(), attachments, stopped(stop.clone())));
+    // The PVC controller's caches, which the job controllers read too.
+    let (claims, drivers) = (pvc::watch_claims(&core), PvDrivers::default());
+    let volumes = VolumeCaches { attachments, claims: claims.store.clone(), drivers: drivers.clone() };
+    tasks.spawn(jobs::run::<ReclaimSpaceJob>(core.clone(), volumes.clone(), stopped(stop.clone())));
+    tasks.spawn(jobs::run::<EncryptionKeyRotationJob>(core.clone(), volumes, stopped(stop.clone())));
     let (owners, owner_events) = tokio::sync::mpsc::unbounded_channel();
     let managed = ManagedCrons::default();
     let (reclaim_wakeups, rotation_wakeups) = (Wakeups::default(), Wakeups::default());
@@ -62,7 +66,14 @@ pub async fn run_all(core: Arc<Core>, volume_health_cleanup: bool, stop: watch::
         rotation_wakeups,
         stopped_rotation,
     ));
-    tasks.spawn(pvc::run(core.clone(), crons, owner_events, (roster, connected), stopped(stop.clone())));
+    tasks.spawn(pvc::run(
+        core.clone(),
+        (claims, drivers),
+        crons,
+        owner_events,
+        (roster, connected),
+        stopped(stop.clone()),
+    ));
     tasks.spawn(volume_health::run(core.clone(), volume_health_cleanup, stop.clone()));
     while tasks.join_next().await.is_some() {}
     core.caches.clear();

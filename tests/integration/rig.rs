@@ -391,11 +391,18 @@ pub fn audit_mark() -> u64 {
 #[derive(Debug, Default)]
 pub struct Requests {
     pub total: usize,
-    pub by_verb: BTreeMap<String, usize>,
     /// By verb and resource (`patch csiaddonsnodes/status`).
     pub by_call: BTreeMap<String, usize>,
     /// Answered 429 Too Many Requests (priority and fairness turned them away).
     pub throttled: usize,
+}
+
+impl Requests {
+    /// All but the Events written (the core and the events.k8s.io API's).
+    pub fn not_events(&self) -> usize {
+        let events: usize = self.by_call.iter().filter(|(call, _)| call.ends_with(" events")).map(|(_, n)| n).sum();
+        self.total - events
+    }
 }
 
 /// `user`'s requests logged after `mark`; None when the API server keeps no audit log
@@ -412,14 +419,13 @@ pub fn requests_since(mark: u64, user: &str) -> Option<Requests> {
             continue;
         }
         requests.total += 1;
-        let verb = event.get("verb").and_then(|v| v.as_str()).unwrap_or("?").to_owned();
+        let verb = event.get("verb").and_then(|v| v.as_str()).unwrap_or("?");
         let resource = event.pointer("/objectRef/resource").and_then(|r| r.as_str()).unwrap_or("-");
         let call = match event.pointer("/objectRef/subresource").and_then(|r| r.as_str()) {
             Some(sub) => format!("{verb} {resource}/{sub}"),
             None => format!("{verb} {resource}"),
         };
         *requests.by_call.entry(call).or_default() += 1;
-        *requests.by_verb.entry(verb).or_default() += 1;
         if event.pointer("/responseStatus/code").and_then(|c| c.as_i64()) == Some(429) {
             requests.throttled += 1;
         }

@@ -1,5 +1,6 @@
 //! One reconciler for both one-shot job kinds (ReclaimSpaceJob, EncryptionKeyRotationJob; upstream
-//! has two near-copies). fetch (job, PVC, PV, attachment) → validate → decide
+//! has two near-copies). fetch (job, PVC, PV, attachment: from the caches of `VolumeCaches`, a
+//! request only for what they do not show yet) → validate → decide
 //! (`decide::next_step`) → act (the kind's sidecar calls, within the driver's share of the workers:
 //! `shares`) → status and events. What differs per kind is the `JobKind` implementation in `kinds`.
 pub mod attachments;
@@ -17,7 +18,7 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -25,6 +26,7 @@ use serde_json::json;
 use self::attachments::{Attachments, NotSynced};
 use self::decide::{Limits, NoReclaimCall, Step, next_step};
 use self::shares::{JobKey, Shares};
+use crate::claim::Claim;
 use crate::compact::CsiPv;
 use crate::core::Core;
 use crate::core::backoff::{Backoff, prune_periodically};
@@ -34,6 +36,7 @@ use crate::core::read::read_cached;
 use crate::core::run::Context;
 use crate::core::status::{condition, set_condition};
 use crate::pool::LookupError;
+use crate::pv_drivers::PvDrivers;
 
 /// The volume a job acts on.
 #[derive(Debug, Clone)]
@@ -107,13 +110,38 @@ pub enum Outcome {
     Failed(String),
 }
 
-/// The job controller's context: the core, where volumes are attached, and what it remembers of
-/// jobs without a written result (dropped when a job finishes or goes).
+/// The job controller's context: the core, the volume caches, and what it remembers of jobs
+/// without a written result (dropped when a job finishes or goes).
 pub type JobContext = Context<JobState>;
+
+/// What a pass reads of its volume without a request: where volumes are attached (kept for the
+/// jobs), and the PVCs and PV drivers the PVC controller keeps. A job then costs the API server
+/// its status write and the driver's Lease read.
+#[derive(Clone)]
+pub struct VolumeCaches {
+    pub attachments: Arc<Attachments>,
+    pub claims: Store<Claim>,
+    pub drivers: PvDrivers,
+}
+
+impl VolumeCaches {
+    /// The PV of `namespace/pvc` if the cache has it bound. Otherwise the PVC is read: the cache
+    /// may not show it, or its bind, yet.
+    fn bound_volume(&self, namespace: &str, pvc: &str) -> Option<String> {
+        let claim = self.claims.get(&ObjectRef::new(pvc).within(namespace))?;
+        claim.bound_volume().map(str::to_owned)
+    }
+
+    /// The CSI driver of `pv` if the cache has it. A PV it does not know, or knows as not CSI, is
+    /// read: a PV that fails a job for good is worth a request to be sure of.
+    fn driver(&self, pv: &str) -> Option<String> {
+        self.drivers.get(pv).flatten().map(|d| d.to_string())
+    }
+}
 
 /// What the job controllers alone keep.
 pub struct JobState {
-    attachments: Arc<Attachments>,
+    caches: VolumeCaches,
     /// Each driver's share of the workers, and the jobs waiting for one.
     shares: Arc<Shares>,
     /// Failed attempts of jobs without a result yet. In memory only: after a restart a job
@@ -171,7 +199,7 @@ fn status_of<K: Serialize>(job: &K) -> JobStatus {
 
 pub async fn run<K: JobKind>(
     core: Arc<Core>,
-    attachments: Arc<Attachments>,
+    caches: VolumeCaches,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     // Cached as a pass reads them: no labels, annotations or owners; of a finished job only the
@@ -184,7 +212,7 @@ pub async fn run<K: JobKind>(
     core.caches.follow(K::CONTROLLER, ready);
     let (shares, woken) = Shares::new(core.settings().max_concurrent_reconciles);
     let state = JobState {
-        attachments,
+        caches,
         shares,
         failures: Backoff::default(),
         finished: Mutex::default(),
@@ -401,7 +429,10 @@ async fn volume<K: JobKind>(ctx: &JobContext, job: &K) -> Result<Volume, Attempt
     let pvc_name = || format!("{namespace}/{name}");
     // Each object is read into a box and dropped before the next request: a PV is kilobytes
     // inline, and a hundred passes wait here at once.
-    let pv_name = {
+    let caches = &ctx.state.caches;
+    let pv_name = if let Some(pv) = caches.bound_volume(&namespace, name) {
+        pv
+    } else {
         let pvcs = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &namespace);
         let pvc = Box::pin(read_cached(&pvcs, name))
             .await
@@ -411,7 +442,9 @@ async fn volume<K: JobKind>(ctx: &JobContext, job: &K) -> Result<Volume, Attempt
         let pv_name = pvc.spec.and_then(|s| s.volume_name).filter(|v| !v.is_empty());
         pv_name.filter(|_| bound).ok_or_else(|| AttemptError::NotBound(pvc_name()))?
     };
-    let driver = {
+    let driver = if let Some(driver) = caches.driver(&pv_name) {
+        driver
+    } else {
         let pvs = Api::<CsiPv>::all(ctx.client.clone());
         let pv = Box::pin(read_cached(&pvs, &pv_name))
             .await
@@ -422,8 +455,7 @@ async fn volume<K: JobKind>(ctx: &JobContext, job: &K) -> Result<Volume, Attempt
         };
         csi.driver
     };
-    let attached_to = ctx
-        .state
+    let attached_to = caches
         .attachments
         .node_of(&pv_name)
         .await

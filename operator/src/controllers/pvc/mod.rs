@@ -7,7 +7,6 @@
 //! annotation is compared with the driver's name (upstream's with the annotation key), and a live
 //! `schedule-precedence` change re-evaluates every PVC.
 pub mod decide;
-pub mod pv_drivers;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,14 +20,13 @@ use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Po
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, PredicateConfig, WatchStreamExt};
+use kube::runtime::{Controller, PredicateConfig, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use self::decide::{
     Child, ChildPlan, Desired, Feature, MANAGED, STATE, Sources, child_name, desired, names_a_schedule, plan_children,
 };
-use self::pv_drivers::PvDrivers;
 use crate::cache_ready::{Ready, Stopped};
 use crate::claim::Claim;
 use crate::compact::CsiPv;
@@ -36,6 +34,7 @@ use crate::controllers::jobs::kinds::{KEY_ROTATION, RECLAIM_OFFLINE, RECLAIM_ONL
 use crate::core::Core;
 use crate::core::error::{Categorized, Category, kube_category};
 use crate::flags::SchedulePrecedence;
+use crate::pv_drivers::{self, PvDrivers};
 
 const NAME: &str = "persistentvolumeclaim";
 const FEATURES: [Feature; 2] = [Feature::ReclaimSpace, Feature::KeyRotation];
@@ -133,26 +132,41 @@ pub(crate) struct Caches {
     roster: crate::controllers::node::Roster,
 }
 
-/// `owner_events`: PVCs whose cron jobs changed or went (from the cron controllers' watches);
-/// `connected`: drivers one of whose sidecars was just pooled (the node controller's news).
+/// The PVC watch this controller runs on, made before it starts: the job controllers read its
+/// cache too (a job's PVC and volume without a request).
+pub struct ClaimWatch {
+    pub store: Store<Claim>,
+    ready: Ready,
+    events: futures::stream::BoxStream<'static, Result<watcher::Event<Claim>, watcher::Error>>,
+}
+
+/// Every PVC, trimmed to what a pass reads (`Claim`, the annotations this controller reads).
+pub fn watch_claims(ctx: &Core) -> ClaimWatch {
+    let keys = relevant_keys();
+    let (store, ready, events) =
+        crate::core::watch::cached_watch(ctx.watched::<Claim>(), move |pvc| trim_pvc(pvc, &keys));
+    ClaimWatch { store, ready, events: events.boxed() }
+}
+
+/// `claims`: the PVC watch and the PV drivers index this controller keeps (from `watch_claims`
+/// and `PvDrivers::default`); `owner_events`: PVCs whose cron jobs changed or went (from the cron
+/// controllers' watches); `connected`: drivers one of whose sidecars was just pooled (the node
+/// controller's news).
 pub async fn run(
     ctx: Arc<Core>,
+    (claims, drivers): (ClaimWatch, PvDrivers),
     crons: CronCaches,
     owner_events: tokio::sync::mpsc::UnboundedReceiver<ObjectRef<Claim>>,
     (roster, connected): (crate::controllers::node::Roster, tokio::sync::mpsc::UnboundedReceiver<String>),
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.client.clone();
-    let keys = relevant_keys();
-
-    let pvc_keys = keys.clone();
-    let (pvcs, pvcs_ready, pvc_events) =
-        crate::core::watch::cached_watch(ctx.watched::<Claim>(), move |pvc| trim_pvc(pvc, &pvc_keys));
+    let ClaimWatch { store: pvcs, ready: pvcs_ready, events: pvc_events } = claims;
     // No predicate filter: it would keep a key of three strings and a hash for every PVC (some
     // 230 bytes); a pass for a change that matters nothing here reads only caches.
     let pvc_stream = crate::core::watch::changed_objects(pvc_events, pvcs.clone());
 
-    let ns_keys = keys.clone();
+    let ns_keys = relevant_keys();
     let namespace_api = Api::<PartialObjectMeta<Namespace>>::all(client.clone());
     let (namespaces, ns_ready, ns_events) = crate::core::watch::cached_watch(namespace_api, move |ns| {
         ns.metadata.labels = None;
@@ -173,7 +187,6 @@ pub async fn run(
     let owner_events =
         futures::stream::unfold(owner_events, |mut events| async move { events.recv().await.map(|pvc| (pvc, events)) });
     // Every PV's driver, from a watch: no GET per bound PVC.
-    let drivers = PvDrivers::default();
     let (pvs_ready, pv_events) = crate::cache_ready::track(
         kube::runtime::watcher(Api::<CsiPv>::all(client.clone()), crate::core::watch::list_config()).default_backoff(),
     );
