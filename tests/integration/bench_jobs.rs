@@ -59,6 +59,9 @@ struct Throughput {
     created: f64,
     succeeded: usize,
     manager_peak_mib: f64,
+    /// The manager's RSS when the jobs are about to be created, and of it the mapped binary.
+    manager_before_mib: f64,
+    manager_code_mib: f64,
     manager_cpu: f64,
     sidecar_peak_mib: f64,
     sidecar_cpu: f64,
@@ -84,6 +87,8 @@ async fn throughput(build: Build, jobs: usize, dir: &std::path::Path) -> Through
     let mut manager = ManagerProcess::start(build, &namespace, &identity.kubeconfig(), &log, &[]);
     all_connected(&client, &namespace, "", &mut manager, Duration::from_secs(120)).await;
 
+    let (manager_before_mib, manager_code_mib) =
+        (rig::mib(rig::status_kib(manager.pid(), "VmRSS")), rig::mib(rig::status_kib(manager.pid(), "RssFile")));
     let (mark, manager_cpu, sidecar_cpu) =
         (rig::audit_mark(), rig::cpu_seconds(manager.pid()), rig::cpu_seconds(sidecar.pid()));
     let started = Instant::now();
@@ -98,6 +103,8 @@ async fn throughput(build: Build, jobs: usize, dir: &std::path::Path) -> Through
         created,
         succeeded: outcome.succeeded,
         manager_peak_mib: rig::mib(rig::status_kib(manager.pid(), "VmHWM")),
+        manager_before_mib,
+        manager_code_mib,
         manager_cpu: rig::cpu_seconds(manager.pid()) - manager_cpu,
         sidecar_peak_mib: rig::mib(rig::status_kib(sidecar.pid(), "VmHWM")),
         sidecar_cpu: rig::cpu_seconds(sidecar.pid()) - sidecar_cpu,
@@ -137,6 +144,8 @@ async fn bench_jobs_throughput_through_each_sides_sidecar() {
         row("  of which creating the jobs", ours.created, theirs.created),
         row("jobs per second", jobs as f64 / ours.seconds, jobs as f64 / theirs.seconds),
         row("manager peak RSS (MiB)", ours.manager_peak_mib, theirs.manager_peak_mib),
+        row("  manager RSS before the first job (MiB)", ours.manager_before_mib, theirs.manager_before_mib),
+        row("    of which the mapped binary (RssFile)", ours.manager_code_mib, theirs.manager_code_mib),
         row("manager CPU (s)", ours.manager_cpu, theirs.manager_cpu),
         row("sidecar peak RSS (MiB)", ours.sidecar_peak_mib, theirs.sidecar_peak_mib),
         row("sidecar CPU (s)", ours.sidecar_cpu, theirs.sidecar_cpu),
