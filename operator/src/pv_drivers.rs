@@ -1,8 +1,8 @@
 //! PV name → CSI driver, kept from a watch of PersistentVolumes: one list and a watch instead of a
-//! GET per bound PVC (the PVC controller) and per job (the job controllers). Kept compact, as there is an entry for every PV of the cluster: the driver
-//! as an index into the few distinct driver names, and a provisioned PV's name (`pvc-<uid>`) as
-//! the 16 bytes of its uid, so an entry costs some 35 bytes (a name and an `Option<String>` cost
-//! some 140).
+//! GET per bound PVC (the PVC controller) and per job (the job controllers). Kept compact, as
+//! there is an entry for every PV of the cluster: the driver as an index into the few distinct
+//! driver names, and a provisioned PV's name (`pvc-<uid>`) as the 16 bytes of its uid, so an entry
+//! costs some 35 bytes (a name and an `Option<String>` cost some 140).
 //!
 //! A PV's source never changes, so each entry is written once; a PV bound to a claim after that
 //! brings the claim's pass (`follow`), which is how a PVC whose PV was not seen yet goes on.
