@@ -41,7 +41,7 @@ use kube::core::DynamicObject;
 use serde_json::json;
 use testenv::fault_table::{self, FaultRow};
 use testenv::poll;
-use testenv::process::{pids_where, signal};
+use testenv::process::signal;
 
 use crate::cluster::{self, CONTROLLER_PLUGIN_SELECTOR, DRIVER_NAMESPACE, NODE_PLUGIN_SELECTOR};
 use crate::driver_pods::{connected_nodes, csiaddons};
@@ -148,12 +148,13 @@ impl Fault {
             Fault::RestartKubelet => blocking(|| restart("kubelet")).await,
             Fault::RestartContainerd => blocking(|| restart("containerd")).await,
             Fault::HangDriver => {
-                blocking(|| {
-                    let hung = Stopped::controller_driver();
+                let pid = partition::first_controller_driver().await;
+                let hang = move || {
+                    let hung = Stopped::new(pid);
                     std::thread::sleep(HANG);
                     drop(hung);
-                })
-                .await
+                };
+                tokio::task::spawn_blocking(hang).await.unwrap()
             }
             Fault::EvictManager => evictions::evict_leading_manager(client).await,
             Fault::EvictNodePlugin => evictions::evict_node_plugin(client).await,
@@ -181,25 +182,9 @@ fn restart(process: &str) {
 struct Stopped(u32);
 
 impl Stopped {
-    /// Waits up to a minute for exactly one: after a restart row, a container being replaced can
-    /// still be exiting beside its successor.
-    fn controller_driver() -> Self {
-        let drivers = || {
-            pids_where(|args| {
-                args.first().is_some_and(|a| a.ends_with("reference-driver"))
-                    && args.iter().any(|a| a == "--mode=controller")
-            })
-        };
-        let mut pids = drivers();
-        for _ in 0..60 {
-            if let [pid] = pids[..] {
-                signal("-STOP", pid);
-                return Stopped(pid);
-            }
-            std::thread::sleep(std::time::Duration::from_secs(1));
-            pids = drivers();
-        }
-        panic!("one controller-mode reference-driver runs on the node, found {pids:?}")
+    fn new(pid: u32) -> Self {
+        signal("-STOP", pid);
+        Stopped(pid)
     }
 }
 

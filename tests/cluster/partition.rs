@@ -135,10 +135,11 @@ impl Drop for Cut {
     }
 }
 
-/// The first driver's controller plugin (the second's is told apart by its driver name). Waited
-/// for: after the node's reboot, the old container's process can still be exiting beside the new
-/// one. (A driver's child that has not yet run its command is not counted: see `pids_where`.)
-async fn first_controller_driver() -> u32 {
+/// The first driver's controller plugin process (the second's is told apart by its driver name).
+/// Waited for: after a restart or the node's reboot, the old container's process can still be
+/// exiting beside the new one. (A driver's child that has not yet run its command is not counted:
+/// see `pids_where`.)
+pub(crate) async fn first_controller_driver() -> u32 {
     let one = poll::until(2 * poll::MINUTE, async || match first_controller_drivers()[..] {
         [pid] => Some(pid),
         _ => None,
