@@ -225,6 +225,12 @@ impl ControlPlane {
     /// and port, and waits until it is ready. Clients keep working: the port, certificates and etcd
     /// data are the same.
     pub async fn kill_and_restart_apiserver(&self) -> Result<(), Error> {
+        self.restart_apiserver_with(&[]).await
+    }
+
+    /// As `kill_and_restart_apiserver`, with `extra` flags added to its own (a feature gate turned
+    /// off, for one); the next restart without them drops them again.
+    pub async fn restart_apiserver_with(&self, extra: &[&str]) -> Result<(), Error> {
         {
             let mut processes = self.lock();
             if let Some(mut child) = processes.apiserver.take() {
@@ -232,7 +238,7 @@ impl ControlPlane {
                 let _ = child.wait();
             }
             let mut apiserver = Command::new(self.assets.join("kube-apiserver"));
-            apiserver.args(&self.apiserver_args);
+            apiserver.args(&self.apiserver_args).args(extra);
             processes.apiserver = Some(spawn_logged(apiserver, &self.dir, "kube-apiserver")?);
         }
         let client = self.client().await?;

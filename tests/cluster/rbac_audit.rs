@@ -119,6 +119,28 @@ const KEPT: &[(&str, &[&str], &[&str], &str)] = &[
          namespace controller often deletes it first",
     ),
     (
+        "csi-addons-manager-role",
+        &[
+            "csiaddons.openshift.io/reclaimspacejobs",
+            "csiaddons.openshift.io/encryptionkeyrotationjobs",
+            "csiaddons.openshift.io/reclaimspacecronjobs",
+            "csiaddons.openshift.io/encryptionkeyrotationcronjobs",
+            "csiaddons.openshift.io/networkfences",
+            "csiaddons.openshift.io/networkfenceclasses",
+            "replication.storage.openshift.io/volumereplications",
+            "replication.storage.openshift.io/volumegroupreplications",
+            "replication.storage.openshift.io/volumegroupreplicationcontents",
+            "/namespaces",
+            "/persistentvolumeclaims",
+            "/persistentvolumes",
+            "storage.k8s.io/storageclasses",
+            "storage.k8s.io/volumeattachments",
+        ],
+        &["list"],
+        "a watch's first list where the API server does not stream it in the watch (the WatchList feature \
+         off, as by default before Kubernetes 1.32); this one streams it, and the audit log records a watch",
+    ),
+    (
         "csi-addons-csiaddons-events-editor-role",
         &["/events"],
         &["get", "list", "watch", "patch", "update", "delete"],

@@ -245,3 +245,31 @@ async fn faults_lose_no_job_and_leave_none_running() {
     fault_table::print(&results);
     fault_table::assert_nothing_stuck_or_lost(&results);
 }
+
+/// An API server that does not stream initial lists in a watch (the WatchList feature off, as
+/// before Kubernetes 1.32 by default): the manager's watches find out at their first request,
+/// list in pages instead, and the jobs run as ever.
+#[tokio::test]
+#[ignore = "fault suite: make test-faults (restarts the shared API server)"]
+async fn faults_without_streamed_lists_the_manager_lists_in_pages() {
+    let cp = testenv::shared();
+    cp.restart_apiserver_with(&["--feature-gates=WatchList=false"]).await.unwrap();
+    let jobs = 20;
+    // One manager (the fault only sets how many), started against the server without WatchList.
+    let mut scene = Scene::new(Fault::KillManager, jobs).await;
+    rig::create_jobs(&scene.client, &scene.namespace, "fault", 0..jobs).await;
+    let outcome = rig::wait_finished(&scene.client, &scene.namespace, 2 * MINUTE, || {
+        scene.managers.iter_mut().for_each(|m| m.assert_running());
+    })
+    .await;
+    let log = scene.managers[0].log_text();
+    drop(scene);
+    // The suite's other tests get the server as it was.
+    cp.kill_and_restart_apiserver().await.unwrap();
+    assert_eq!(outcome.succeeded, jobs, "failed: {:?}, unfinished: {:?}", outcome.failed, outcome.unfinished);
+    assert_eq!(
+        rig::count_lines(&log, "does not stream initial lists"),
+        1,
+        "the manager says once that it lists in pages; log:\n{log}"
+    );
+}

@@ -1,8 +1,11 @@
 //! Every watch cache of the manager, and what a controller is driven by: objects listed and
-//! watched from the API server's cache in small pages, without managedFields and trimmed to what
-//! the controller reads, and the stream of changes that start passes.
+//! watched from the API server's cache (the list streamed in the watch, or in small pages),
+//! without managedFields and trimmed to what the controller reads, and the stream of changes that
+//! start passes.
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -37,10 +40,54 @@ impl<K> NamespacedKind for K where
 {
 }
 
-/// How every watch lists: from the API server's cache, in pages of 100 (a page is decoded whole
-/// before its objects are trimmed; small pages keep that transient peak small).
+/// Set once an API server has refused a streamed initial list: every later watch lists in pages.
+static STREAMING_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// How a watch starts where the API server streams the initial list in the watch itself
+/// (`sendInitialEvents`, on by default since Kubernetes 1.32): one request however many objects,
+/// from the API server's cache, decoded one at a time.
+fn streaming_config() -> watcher::Config {
+    watcher::Config::default().streaming_lists()
+}
+
+/// How a watch starts where the API server does not stream: a list from its cache in pages of 100
+/// (a page is decoded whole before its objects are trimmed; small pages keep that transient peak
+/// small).
 pub fn list_config() -> watcher::Config {
     watcher::Config::default().any_semantic().page_size(100)
+}
+
+/// Whether `error` is an API server refusing `sendInitialEvents`: a server without the WatchList
+/// feature answers such a watch 422 Invalid (one older than 1.27 refuses its resourceVersionMatch
+/// the same way). 403 and the rest are not about the way of listing.
+fn refuses_streaming(error: &watcher::Error) -> bool {
+    matches!(error, watcher::Error::WatchStartFailed(kube::Error::Api(status)) if status.code == 422 || status.code == 400)
+}
+
+/// The watch of `api` every cache of the manager is filled by: the initial list streamed in the
+/// watch where the API server offers it, else listed in pages; then the changes.
+pub fn list_and_watch<K>(api: Api<K>) -> BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    if STREAMING_REFUSED.load(Ordering::Relaxed) {
+        return watcher(api, list_config()).boxed();
+    }
+    let streaming = watcher(api.clone(), streaming_config()).boxed();
+    futures::stream::unfold((streaming, Some(api)), |(mut events, api)| async move {
+        match (events.next().await?, api) {
+            (Err(error), Some(api)) if refuses_streaming(&error) => {
+                if !STREAMING_REFUSED.swap(true, Ordering::Relaxed) {
+                    tracing::info!(%error, "the API server does not stream initial lists in a watch; listing in pages");
+                }
+                let mut paged = watcher(api, list_config()).boxed();
+                let first = paged.next().await?;
+                Some((first, (paged, None)))
+            }
+            (event, api) => Some((event, (events, api))),
+        }
+    })
+    .boxed()
 }
 
 /// A watch of `api` cached without managedFields (most of an object's bytes, never read here):
@@ -108,7 +155,7 @@ where
     })
 }
 
-/// Every watch cache of the manager: `api` listed and watched (`list_config`), each object
+/// Every watch cache of the manager: `api` listed and watched (`list_and_watch`), each object
 /// without managedFields and trimmed by `trim` before the store keeps it; the store, when it has
 /// its first full list, and the stream of watch events (already applied to the store).
 pub fn cached_watch<K>(
@@ -120,7 +167,7 @@ where
 {
     let (store, writer) = reflector::store();
     let (ready, events) = cache_ready::track(
-        watcher(api, list_config())
+        list_and_watch(api)
             .default_backoff()
             .modify(move |object| {
                 object.meta_mut().managed_fields = None;
@@ -166,6 +213,22 @@ mod tests {
             metadata: ObjectMeta { name: Some(name.into()), namespace: Some("ns".into()), ..Default::default() },
             ..Default::default()
         }
+    }
+
+    fn refused(code: u16, reason: &str) -> watcher::Error {
+        let status = kube::core::Status::failure("sendInitialEvents is forbidden for watch", reason).with_code(code);
+        watcher::Error::WatchStartFailed(kube::Error::Api(status.boxed()))
+    }
+
+    #[test]
+    fn only_a_refused_watch_request_falls_back_to_paged_lists() {
+        assert!(refuses_streaming(&refused(422, "Invalid")));
+        assert!(refuses_streaming(&refused(400, "BadRequest")));
+        // No right to watch, a server under load, a list that failed: not about how lists come.
+        assert!(!refuses_streaming(&refused(403, "Forbidden")));
+        assert!(!refuses_streaming(&refused(429, "TooManyRequests")));
+        let status = kube::core::Status::failure("invalid", "Invalid").with_code(422);
+        assert!(!refuses_streaming(&watcher::Error::InitialListFailed(kube::Error::Api(status.boxed()))));
     }
 
     #[tokio::test]

@@ -90,7 +90,7 @@ impl Attachments {
         caches.set(CACHE_NAME, false);
         this.synced.send_replace(false);
         let api = Api::<Attachment>::all(core.client.clone());
-        let mut events = std::pin::pin!(watcher(api, crate::core::watch::list_config()).default_backoff());
+        let mut events = std::pin::pin!(crate::core::watch::list_and_watch(api).default_backoff());
         let mut stop = std::pin::pin!(stop);
         let mut listing: Option<HashMap<String, Attached>> = None;
         loop {

@@ -188,7 +188,7 @@ pub async fn run(
         futures::stream::unfold(owner_events, |mut events| async move { events.recv().await.map(|pvc| (pvc, events)) });
     // Every PV's driver, from a watch: no GET per bound PVC.
     let (pvs_ready, pv_events) = crate::cache_ready::track(
-        kube::runtime::watcher(Api::<CsiPv>::all(client.clone()), crate::core::watch::list_config()).default_backoff(),
+        crate::core::watch::list_and_watch(Api::<CsiPv>::all(client.clone())).default_backoff(),
     );
     let pv_binds = pv_drivers::follow(pv_events, drivers.clone());
     // /readyz names a PV watch that cannot list (an RBAC without `watch` on PVs): no annotation

@@ -22,7 +22,7 @@ use kube::api::{ListParams, PostParams};
 use kube::core::{ParseExpressionError, PartialObjectMeta, Selector, SelectorExt};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::{Controller, WatchStreamExt};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
@@ -38,6 +38,7 @@ use crate::core::Core;
 use crate::core::backoff::Retrying;
 use crate::core::patch::patch_merge;
 use crate::core::status::set_condition;
+use crate::core::watch::list_and_watch;
 
 pub mod decide;
 
@@ -54,16 +55,12 @@ pub async fn run(core: Arc<Core>, stop: impl Future<Output = ()> + Send + Sync +
     let ctx = Retrying::retrying(core, &store);
     let groups = store.clone();
     // Every PVC change, labels included, and deletions: metadata only, nothing cached.
-    let pvcs = watcher(ctx.watched::<PartialObjectMeta<PersistentVolumeClaim>>(), crate::core::watch::list_config())
+    let pvcs =
+        list_and_watch(ctx.watched::<PartialObjectMeta<PersistentVolumeClaim>>()).default_backoff().touched_objects();
+    let contents = list_and_watch(Api::<VolumeGroupReplicationContent>::all(ctx.client.clone()))
         .default_backoff()
         .touched_objects();
-    let contents =
-        watcher(Api::<VolumeGroupReplicationContent>::all(ctx.client.clone()), crate::core::watch::list_config())
-            .default_backoff()
-            .touched_objects();
-    let replications = watcher(ctx.watched::<VolumeReplication>(), crate::core::watch::list_config())
-        .default_backoff()
-        .touched_objects();
+    let replications = list_and_watch(ctx.watched::<VolumeReplication>()).default_backoff().touched_objects();
     let controller = Controller::for_stream(changes, store)
         .watches_stream(pvcs, move |pvc: PartialObjectMeta<PersistentVolumeClaim>| groups_of(&groups, &pvc))
         .watches_stream(contents, |content: VolumeGroupReplicationContent| group_ref(&content))
