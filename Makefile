@@ -47,14 +47,14 @@ fuzz: control-plane ## Hostile input for every parser of outside input: 100,000 
 	$(CARGO) test --locked -p integration-tests --test integration hostile_ -- --nocapture --test-threads=1
 
 BENCH ?= bench_
-bench: control-plane ## Ours next to upstream's v0.14.0 on one control plane: annotation fan-out (N=1,000 and 10,000), 1,000-job throughput, idle with 1,000 CSIAddonsNodes, sidecar RSS; JSON and plots in bench-results/ (BENCH=bench_jobs for one part)
+bench: control-plane ## Ours next to upstream's v0.14.0 on one control plane: annotation fan-out (N=1,000 and 10,000), job throughput (ours at 1,000 and 10,000 jobs, upstream at 1,000; BENCH_JOBS), idle with 1,000 CSIAddonsNodes, sidecar RSS; JSON and plots in bench-results/ (BENCH=bench_jobs for one part)
 	$(MAKE) --no-print-directory ship-binaries
 	$(CARGO) build --workspace --bins --locked
 	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" TESTENV_AUDIT=1 \
 	UPSTREAM_MANAGER="$$(hack/upstream-binaries.sh manager)" UPSTREAM_SIDECAR="$$(hack/upstream-binaries.sh sidecar)" \
 	UPSTREAM_RBAC="$$(hack/upstream-binaries.sh rbac)" \
 	CSI_ADDONS_MANAGER="$$PWD/$(SHIP_DIR)/csi-addons-manager" \
-	CSI_ADDONS_SIDECAR="$$PWD/$(SHIP_DIR)/csi-addons-sidecar" \
+	CSI_ADDONS_SIDECAR="$$PWD/$(SHIP_DIR)/csi-addons-sidecar" REFERENCE_DRIVER="$$PWD/$(SHIP_DIR)/reference-driver" \
 	$(CARGO) test --locked -p integration-tests --test integration $(BENCH) -- --ignored --nocapture --test-threads=1
 
 test-faults: control-plane ## kill -9 the manager, sidecar, driver or kube-apiserver, or the leading manager, mid-batch: no job stuck or lost (prints a table)

@@ -23,12 +23,6 @@ const DRIVER: &str = "bench.csi-addons-rs.io";
 /// Upstream's pvc mode builds the same cron jobs from the class's annotation.
 const SCHEDULE_KEY: &str = "reclaimspace.csiaddons.openshift.io/schedule";
 
-/// `BENCH_PVCS`: comma-separated sizes (default 1000,10000).
-fn sizes() -> Vec<usize> {
-    let text = std::env::var("BENCH_PVCS").unwrap_or_else(|_| "1000,10000".into());
-    text.split(',').filter_map(|n| n.trim().parse().ok()).collect()
-}
-
 struct Figures {
     seconds: f64,
     peak_mib: f64,
@@ -102,7 +96,7 @@ async fn bench_manager_annotation_fan_out() {
     Api::<StorageClass>::all(client.clone()).create(&PostParams::default(), &class).await.unwrap();
     println!("annotation fan-out: every ReclaimSpaceCronJob for N bound PVCs of an annotated StorageClass");
     let mut results = serde_json::Map::new();
-    for n in sizes() {
+    for n in rig::sizes("BENCH_PVCS", "1000,10000") {
         let namespace = cp.namespace(&client, &format!("bench-{n}")).await.unwrap();
         let creating = Instant::now();
         let handles: Vec<String> = (0..n).map(|i| format!("{namespace}-volume-{i}")).collect();

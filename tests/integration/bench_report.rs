@@ -67,14 +67,19 @@ const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 /// Plots each named series of (seconds, MiB) into `<results>/<file>`; says why on stdout when it
 /// cannot (no font to write the labels with).
 pub fn plot_rss(file: &str, title: &str, series: &[(&str, &[(f64, f64)])]) {
+    plot_rss_against(file, title, "seconds since start", series);
+}
+
+/// As [`plot_rss`], each series of (x, MiB) with x as `x_label` says (objects, for one).
+pub fn plot_rss_against(file: &str, title: &str, x_label: &str, series: &[(&str, &[(f64, f64)])]) {
     let path = results_dir().join(file);
-    match draw(&path, title, series) {
+    match draw(&path, title, x_label, series) {
         Ok(()) => println!("  plot: {}", path.display()),
         Err(e) => println!("  plot: not drawn ({e})"),
     }
 }
 
-fn draw(path: &std::path::Path, title: &str, series: &[(&str, &[(f64, f64)])]) -> Result<(), String> {
+fn draw(path: &std::path::Path, title: &str, x_label: &str, series: &[(&str, &[(f64, f64)])]) -> Result<(), String> {
     use plotters::prelude::*;
     static FONT_REGISTERED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
     FONT_REGISTERED
@@ -96,9 +101,12 @@ fn draw(path: &std::path::Path, title: &str, series: &[(&str, &[(f64, f64)])]) -
         .y_label_area_size(64)
         .build_cartesian_2d(0f64..max_t, 0f64..max_y)
         .map_err(|e| e.to_string())?;
-    chart.configure_mesh().x_desc("seconds since start").y_desc("RSS (MiB)").draw().map_err(|e| e.to_string())?;
+    chart.configure_mesh().x_desc(x_label).y_desc("RSS (MiB)").draw().map_err(|e| e.to_string())?;
     for (i, (name, points)) in series.iter().enumerate() {
-        let color = if i == 0 { RGBColor(0, 114, 178) } else { RGBColor(213, 94, 0) };
+        // Colour-blind-safe (Okabe and Ito); the first series is ours.
+        const COLORS: [RGBColor; 4] =
+            [RGBColor(0, 114, 178), RGBColor(213, 94, 0), RGBColor(0, 158, 115), RGBColor(204, 121, 167)];
+        let color = COLORS[i % COLORS.len()];
         chart
             .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))
             .map_err(|e| e.to_string())?

@@ -66,12 +66,12 @@ fn spawn_driver(dir: &std::path::Path, args: &[String]) -> Child {
         let _ = std::fs::remove_file(socket); // a killed driver leaves its sockets behind
     }
     let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("driver.log")).unwrap();
-    let child = Command::new(workspace_binary("reference-driver"))
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    // The benchmarks run the shipped build (`make bench` sets it): a debug build's JSON state
+    // writes would bound how fast they create ten thousand volumes.
+    let binary = std::env::var_os("REFERENCE_DRIVER")
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| workspace_binary("reference-driver"), std::path::PathBuf::from);
+    let child = Command::new(binary).args(args).stdout(Stdio::null()).stderr(log).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     while !sockets.iter().all(|s| s.exists()) {
         assert!(Instant::now() < deadline, "the driver did not create its sockets in {}", dir.display());
@@ -238,7 +238,12 @@ async fn volumes_fences_groups_and_replications_survive_kill_9_of_the_driver() {
 fn start_on_state(dir: &std::path::Path, name: &str, args: &[&str]) -> (Child, String, String) {
     let endpoint = format!("unix://{}", dir.join(format!("{name}.sock")).display());
     let addons = format!("unix://{}", dir.join(format!("{name}-addons.sock")).display());
-    let child = Command::new(workspace_binary("reference-driver"))
+    // The benchmarks run the shipped build (`make bench` sets it): a debug build's JSON state
+    // writes would bound how fast they create ten thousand volumes.
+    let binary = std::env::var_os("REFERENCE_DRIVER")
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| workspace_binary("reference-driver"), std::path::PathBuf::from);
+    let child = Command::new(binary)
         .args(["--endpoint", &endpoint, "--addons-endpoint", &addons, "--node-id", "node-1", "--state-dir"])
         .arg(dir.join("state"))
         .args(args)

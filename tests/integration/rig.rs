@@ -318,6 +318,12 @@ pub async fn remove_all(client: &kube::Client, namespace: &str, kind: &str) {
     api.delete_collection(&DeleteParams::default(), &ListParams::default()).await.unwrap();
 }
 
+/// The sizes a benchmark part runs at: `env`, comma-separated (`1000,10000`), else `default`.
+pub fn sizes(env: &str, default: &str) -> Vec<usize> {
+    let text = std::env::var(env).unwrap_or_else(|_| default.into());
+    text.split(',').filter_map(|n| n.trim().parse().ok()).collect()
+}
+
 /// `BENCH_ONLY=ours`: measure only our build and print its figures (for quick iterations; the
 /// comparison needs both).
 pub fn ours_only() -> bool {
