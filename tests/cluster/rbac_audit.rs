@@ -131,8 +131,6 @@ const KEPT: &[(&str, &[&str], &[&str], &str)] = &[
             "replication.storage.openshift.io/volumegroupreplications",
             "replication.storage.openshift.io/volumegroupreplicationcontents",
             "/namespaces",
-            "/persistentvolumeclaims",
-            "/persistentvolumes",
             "storage.k8s.io/storageclasses",
             "storage.k8s.io/volumeattachments",
         ],
