@@ -59,6 +59,15 @@ pub fn start_driver(extra: &[&str]) -> DriverProcess {
     DriverProcess { child, endpoint, addons_endpoint, dir, args }
 }
 
+/// The reference driver's binary: `REFERENCE_DRIVER` if set, else the workspace's build. The
+/// benchmarks run the shipped build (`make bench` sets it): a debug build's JSON state writes would
+/// bound how fast they create ten thousand volumes.
+fn reference_driver() -> std::path::PathBuf {
+    std::env::var_os("REFERENCE_DRIVER")
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| workspace_binary("reference-driver"), std::path::PathBuf::from)
+}
+
 /// Starts the driver with `args` and waits until it has (re)created its sockets.
 fn spawn_driver(dir: &std::path::Path, args: &[String]) -> Child {
     let sockets = [dir.join("csi.sock"), dir.join("csi-addons.sock")];
@@ -66,12 +75,7 @@ fn spawn_driver(dir: &std::path::Path, args: &[String]) -> Child {
         let _ = std::fs::remove_file(socket); // a killed driver leaves its sockets behind
     }
     let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("driver.log")).unwrap();
-    // The benchmarks run the shipped build (`make bench` sets it): a debug build's JSON state
-    // writes would bound how fast they create ten thousand volumes.
-    let binary = std::env::var_os("REFERENCE_DRIVER")
-        .filter(|p| !p.is_empty())
-        .map_or_else(|| workspace_binary("reference-driver"), std::path::PathBuf::from);
-    let child = Command::new(binary).args(args).stdout(Stdio::null()).stderr(log).spawn().unwrap();
+    let child = Command::new(reference_driver()).args(args).stdout(Stdio::null()).stderr(log).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     while !sockets.iter().all(|s| s.exists()) {
         assert!(Instant::now() < deadline, "the driver did not create its sockets in {}", dir.display());
@@ -238,12 +242,7 @@ async fn volumes_fences_groups_and_replications_survive_kill_9_of_the_driver() {
 fn start_on_state(dir: &std::path::Path, name: &str, args: &[&str]) -> (Child, String, String) {
     let endpoint = format!("unix://{}", dir.join(format!("{name}.sock")).display());
     let addons = format!("unix://{}", dir.join(format!("{name}-addons.sock")).display());
-    // The benchmarks run the shipped build (`make bench` sets it): a debug build's JSON state
-    // writes would bound how fast they create ten thousand volumes.
-    let binary = std::env::var_os("REFERENCE_DRIVER")
-        .filter(|p| !p.is_empty())
-        .map_or_else(|| workspace_binary("reference-driver"), std::path::PathBuf::from);
-    let child = Command::new(binary)
+    let child = Command::new(reference_driver())
         .args(["--endpoint", &endpoint, "--addons-endpoint", &addons, "--node-id", "node-1", "--state-dir"])
         .arg(dir.join("state"))
         .args(args)
