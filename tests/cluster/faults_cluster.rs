@@ -143,18 +143,17 @@ impl Fault {
 
     /// Strikes and lasts.
     async fn strike(self, client: &Client, batch: Batch<'_>) {
-        let blocking = |strike: fn()| async move { tokio::task::spawn_blocking(strike).await.unwrap() };
         match self {
             Fault::RestartKubelet => blocking(|| restart("kubelet")).await,
             Fault::RestartContainerd => blocking(|| restart("containerd")).await,
             Fault::HangDriver => {
                 let pid = partition::first_controller_driver().await;
-                let hang = move || {
+                blocking(move || {
                     let hung = Stopped::new(pid);
                     std::thread::sleep(HANG);
                     drop(hung);
-                };
-                tokio::task::spawn_blocking(hang).await.unwrap()
+                })
+                .await
             }
             Fault::EvictManager => evictions::evict_leading_manager(client).await,
             Fault::EvictNodePlugin => evictions::evict_node_plugin(client).await,
@@ -175,6 +174,11 @@ impl Fault {
 /// `hack/cluster.sh restart NAME`.
 fn restart(process: &str) {
     cluster::hack_script("cluster.sh", &["restart", process]);
+}
+
+/// Runs a strike that blocks (a restart, a sleep) on a thread of its own, and waits for it.
+async fn blocking(strike: impl FnOnce() + Send + 'static) {
+    tokio::task::spawn_blocking(strike).await.unwrap()
 }
 
 /// The controller plugin's driver process, stopped until this is dropped (a failing test too
