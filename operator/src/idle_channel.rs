@@ -4,8 +4,12 @@
 //! called rarely (a job now and then). Upstream keeps every one open for good.
 //! A call in flight holds its own handle, so closing never cuts one short. How long a connection
 //! may sit unused is `--sidecar-idle-timeout`.
+//! It counts the calls that ended UNAVAILABLE, which is how a sidecar that no longer holds its
+//! driver's Lease answers, and what a sidecar that is gone gives: the leader lookup reads the Lease
+//! again after one.
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -28,6 +32,7 @@ struct Open {
 struct Shared {
     open: Mutex<Open>,
     redial: Redial,
+    unavailable_answers: AtomicU64,
 }
 
 impl Shared {
@@ -68,7 +73,14 @@ impl IdleChannel {
         redial: impl Fn() -> Result<SidecarChannel, ClientError> + Send + Sync + 'static,
     ) -> Self {
         let open = Open { channel: Some(connected), last_used: Instant::now() };
-        IdleChannel { shared: Arc::new(Shared { open: Mutex::new(open), redial: Box::new(redial) }), ready: None }
+        let shared =
+            Shared { open: Mutex::new(open), redial: Box::new(redial), unavailable_answers: AtomicU64::new(0) };
+        IdleChannel { shared: Arc::new(shared), ready: None }
+    }
+
+    /// How many calls have ended UNAVAILABLE: no connection, or the sidecar's own answer.
+    pub fn unavailable_answers(&self) -> u64 {
+        self.shared.unavailable_answers.load(Ordering::Relaxed)
     }
 
     /// Lets the connection go now: once the calls in flight are done, it closes.
@@ -100,11 +112,17 @@ impl tower::Service<http::Request<Body>> for IdleChannel {
             match self.shared.channel() {
                 Ok(channel) => self.ready = Some(channel),
                 // A status, so the caller's error says why no call was made.
-                Err(e) => return Poll::Ready(Err(Box::new(tonic::Status::unavailable(e.to_string())))),
+                Err(e) => {
+                    self.shared.unavailable_answers.fetch_add(1, Ordering::Relaxed);
+                    return Poll::Ready(Err(Box::new(tonic::Status::unavailable(e.to_string()))));
+                }
             }
         }
         match self.ready.as_mut() {
-            Some(channel) => tower::Service::poll_ready(channel, cx).map_err(Into::into),
+            Some(channel) => tower::Service::poll_ready(channel, cx).map_err(|e| {
+                self.shared.unavailable_answers.fetch_add(1, Ordering::Relaxed);
+                e.into()
+            }),
             None => Poll::Ready(Err("no channel to call".into())),
         }
     }
@@ -113,7 +131,20 @@ impl tower::Service<http::Request<Body>> for IdleChannel {
         match self.ready.take() {
             Some(mut channel) => {
                 let call = tower::Service::call(&mut channel, request);
-                Box::pin(async move { call.await.map_err(Into::into) })
+                let shared = self.shared.clone();
+                Box::pin(async move {
+                    let answer = call.await;
+                    // tonic makes a transport error UNAVAILABLE; tonic and grpc-go servers send the
+                    // error of a unary call in its headers (a trailers-only answer).
+                    let unavailable = match &answer {
+                        Err(_) => true,
+                        Ok(response) => response.headers().get("grpc-status").is_some_and(|code| code == "14"),
+                    };
+                    if unavailable {
+                        shared.unavailable_answers.fetch_add(1, Ordering::Relaxed);
+                    }
+                    answer.map_err(Into::into)
+                })
             }
             None => Box::pin(async { Err("called before it was ready".into()) }),
         }

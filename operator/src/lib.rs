@@ -14,6 +14,7 @@ pub mod events;
 pub mod flags;
 pub mod future_sizes;
 pub mod idle_channel;
+pub mod lease_holders;
 pub mod manager;
 pub mod metrics;
 pub mod names;

@@ -4,7 +4,8 @@
 //! lookup for the others; the leader is found through the driver's Lease in every namespace that
 //! has its sidecars, in a fixed order, so it is the same one every time; `ip:port` endpoints work
 //! (upstream's manager dials only `pod://` ones); an empty pod name is a key like any other
-//! (upstream's manager panics on it).
+//! (upstream's manager panics on it). A Lease's holder is remembered while it surely holds it
+//! (`lease_holders`), so a leader lookup reads the Lease once per lease term, not per operation.
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
@@ -15,6 +16,7 @@ use kube::Api;
 use crate::compact::PodIp;
 use crate::core::read::read_cached;
 use crate::idle_channel::IdleChannel;
+use crate::lease_holders::{LeaseHolders, trusted_for};
 
 /// Where a CSIAddonsNode says its sidecar listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -180,6 +182,7 @@ pub enum LookupError {
 #[derive(Default)]
 pub struct Pool {
     connections: RwLock<HashMap<String, Arc<Connection>>>,
+    holders: LeaseHolders,
 }
 
 impl Pool {
@@ -256,7 +259,8 @@ impl Pool {
         self.read().values().filter(|c| c.driver == driver).map(|c| c.namespace.clone()).collect()
     }
 
-    /// The sidecar holding `driver`'s Lease, looked up in each namespace that has its sidecars.
+    /// The sidecar holding `driver`'s Lease, looked up in each namespace that has its sidecars;
+    /// a holder read before is taken without a request while it is trusted (`LeaseHolders`).
     pub async fn leader(&self, client: &kube::Client, driver: &str) -> Result<Arc<Connection>, LookupError> {
         let namespaces = self.namespaces_of(driver);
         if namespaces.is_empty() {
@@ -265,10 +269,19 @@ impl Pool {
         let lease_name = api::lease::driver_lease_name(driver);
         let mut why = Vec::new();
         for namespace in namespaces {
+            let lease_key = format!("{namespace}/{lease_name}");
+            let answers = |key: &str| self.get(key).map(|c| c.channel.unavailable_answers());
+            if let Some(connection) = self.holders.holder(&lease_key, answers).and_then(|key| self.get(&key)) {
+                return Ok(connection);
+            }
             let leases = Api::<Lease>::namespaced(client.clone(), &namespace);
             let lease = read_cached(&leases, &lease_name).await;
-            let holder = match lease {
-                Ok(Some(lease)) => lease.spec.and_then(|s| s.holder_identity).filter(|h| !h.is_empty()),
+            let (holder, trusted) = match lease {
+                Ok(Some(lease)) => {
+                    let spec = lease.spec.unwrap_or_default();
+                    let trusted = trusted_for(&spec, k8s_openapi::jiff::Timestamp::now());
+                    (spec.holder_identity.filter(|h| !h.is_empty()), trusted)
+                }
                 Ok(None) => {
                     why.push(format!("no Lease {namespace}/{lease_name}"));
                     continue;
@@ -283,7 +296,11 @@ impl Pool {
                 continue;
             };
             match self.get(&format!("{namespace}/{holder}")) {
-                Some(connection) => return Ok(connection),
+                Some(connection) => {
+                    let answers = connection.channel.unavailable_answers();
+                    self.holders.remember(lease_key, connection.key(), answers, trusted);
+                    return Ok(connection);
+                }
                 None => why.push(format!("the holder {namespace}/{holder} has no registered sidecar")),
             }
         }

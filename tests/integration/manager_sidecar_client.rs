@@ -65,11 +65,39 @@ async fn the_manager_verifies_the_sidecar_and_sends_its_token() {
     assert!(capabilities(&with_ca, self_signed.port).await.is_err(), "a self-signed certificate passed verification");
 }
 
+/// A pooled connection of `driver`'s sidecar in `pod`, kept open (these tests close nothing for
+/// idleness).
+fn pooled(
+    (namespace, pod, node): (&str, &str, &str),
+    driver: &str,
+    endpoint: &str,
+    channel: operator::sidecar_client::SidecarChannel,
+) -> operator::pool::Connection {
+    let again = channel.clone();
+    operator::pool::Connection {
+        namespace: namespace.to_owned(),
+        name: format!("{node}-{namespace}"),
+        driver: driver.to_owned(),
+        node_id: node.to_owned(),
+        pod: pod.to_owned(),
+        endpoint: endpoint.to_owned(),
+        capabilities: vec!["service.CONTROLLER_SERVICE".into(), "reclaim_space.ONLINE".into()],
+        channel: operator::idle_channel::IdleChannel::new(channel, move || Ok(again.clone())),
+        trust_stamp: 0,
+    }
+}
+
+/// A channel to a port that answers nothing (lazy: the pool never dials on lookup).
+fn dead_channel() -> operator::sidecar_client::SidecarChannel {
+    let dead = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
+    tonic::service::interceptor::InterceptedService::new(dead, operator::sidecar_client::BearerToken::none())
+}
+
 /// The pool finds a driver's leader through its Lease even when another namespace holds a
 /// sidecar of the same driver that is unreachable and has no Lease, and node lookups ignore it.
 #[tokio::test]
 async fn the_pool_finds_the_leader_past_a_broken_sidecar() {
-    use operator::pool::{Connection, Pool, parse_endpoint, resolve};
+    use operator::pool::{Pool, parse_endpoint, resolve};
 
     let cp = testenv::shared();
     let client = cp.client().await.unwrap();
@@ -83,30 +111,10 @@ async fn the_pool_finds_the_leader_past_a_broken_sidecar() {
 
     let security = Security::plain();
     let address = resolve(&client, &parse_endpoint(&format!("127.0.0.1:{}", sidecar.port)).unwrap()).await.unwrap();
-    let connection = |namespace: &str, pod: &str, node: &str, channel| Connection {
-        namespace: namespace.to_owned(),
-        name: format!("{node}-{namespace}"),
-        driver: DRIVER.to_owned(),
-        node_id: node.to_owned(),
-        pod: pod.to_owned(),
-        endpoint: address.clone(),
-        capabilities: vec!["service.CONTROLLER_SERVICE".into(), "reclaim_space.ONLINE".into()],
-        channel,
-        trust_stamp: 0,
-    };
     let pool = Pool::default();
-    // A sidecar whose port answers nothing (a lazy channel: the pool never dials on lookup).
-    let dead = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
-    let dead =
-        tonic::service::interceptor::InterceptedService::new(dead, operator::sidecar_client::BearerToken::none());
-    // Kept open: this test closes nothing for idleness.
-    let pooled = |channel: operator::sidecar_client::SidecarChannel| {
-        let again = channel.clone();
-        operator::idle_channel::IdleChannel::new(channel, move || Ok(again.clone()))
-    };
-    pool.put(connection(&elsewhere, "dead-pod", "node-p2", pooled(dead)));
+    pool.put(pooled((&elsewhere, "dead-pod", "node-p2"), DRIVER, &address, dead_channel()));
     let live = security.connect(&address, DRIVER).await.unwrap();
-    pool.put(connection(&namespace, &pod.name, "node-p1", pooled(live)));
+    pool.put(pooled((&namespace, &pod.name, "node-p1"), DRIVER, &address, live));
 
     let leader = pool.leader(&client, DRIVER).await.unwrap();
     assert_eq!((leader.namespace.as_str(), leader.pod.as_str()), (namespace.as_str(), pod.name.as_str()));
@@ -116,6 +124,77 @@ async fn the_pool_finds_the_leader_past_a_broken_sidecar() {
     assert!(missing.contains("reclaim_space.OFFLINE") && missing.contains("node-p1"), "{missing}");
     let none = pool.leader(&client, "other.driver").await.unwrap_err().to_string();
     assert!(none.contains("no sidecar of driver other.driver"), "{none}");
+}
+
+/// A Lease's holder is remembered while it surely holds the Lease: another holder written into
+/// the Lease is not seen until the remembered one answers UNAVAILABLE, as the real sidecar does
+/// when it does not hold its Lease. An expired Lease's holder is read at every lookup.
+#[tokio::test]
+async fn the_pool_remembers_a_lease_holder_until_it_answers_unavailable() {
+    use api::proto::internal::{ReclaimSpaceRequest, reclaim_space_client::ReclaimSpaceClient};
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    use k8s_openapi::jiff::{Timestamp, ToSpan};
+    use kube::api::{Api, GetParams, Patch, PatchParams};
+    use operator::pool::Pool;
+
+    let cp = testenv::shared();
+    let client = cp.client().await.unwrap();
+    let namespace = cp.namespace(&client, "manager-holders").await.unwrap();
+    let leases = Api::<Lease>::namespaced(client.clone(), &namespace);
+    let lease = |driver: &str, holder: &str, renewed: Timestamp| {
+        serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": api::lease::driver_lease_name(driver)},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 3600, "renewTime": MicroTime(renewed)},
+        })
+    };
+    // Writes the Lease, and waits until the API server's watch cache (where the pool reads)
+    // has it.
+    let hold = async |driver: &str, holder: &str, renewed: Timestamp| {
+        let name = api::lease::driver_lease_name(driver);
+        let apply = PatchParams::apply("holders-test").force();
+        leases.patch(&name, &apply, &Patch::Apply(lease(driver, holder, renewed))).await.unwrap();
+        let cached = async || {
+            let read = leases.get_with(&name, &GetParams::any()).await.ok()?;
+            (read.spec?.holder_identity.as_deref() == Some(holder)).then_some(())
+        };
+        assert!(testenv::poll::until(std::time::Duration::from_secs(30), cached).await.is_some());
+    };
+    // Replica A holds the Lease for an hour, so the real sidecar below stands by: it answers
+    // changes UNAVAILABLE. The pool knows it as replica A.
+    hold(DRIVER, "replica-a", Timestamp::now()).await;
+    let driver = RecordingDriver::start(DRIVER, true, false);
+    let pod = sidecar_pod(&client, &namespace, "node-h1", Workload::Deployment, "csi-controller").await;
+    let sidecar = SidecarProcess::start(&pod, "node-h1", &driver.endpoint(), Serving::Plain, &[]);
+    sidecar.wait_ready().await;
+    sidecar.wait_leader(false).await;
+    let address = format!("127.0.0.1:{}", sidecar.port);
+    let standing_by = Security::plain().connect(&address, DRIVER).await.unwrap();
+    let pool = Pool::default();
+    pool.put(pooled((&namespace, "replica-a", "node-h1"), DRIVER, &address, standing_by));
+    pool.put(pooled((&namespace, "replica-b", "node-h2"), DRIVER, &address, dead_channel()));
+
+    let leader = pool.leader(&client, DRIVER).await.unwrap();
+    assert_eq!(leader.pod, "replica-a");
+    hold(DRIVER, "replica-b", Timestamp::now()).await;
+    assert_eq!(pool.leader(&client, DRIVER).await.unwrap().pod, "replica-a", "the holder was not remembered");
+    let refused = ReclaimSpaceClient::new(leader.channel.clone())
+        .controller_reclaim_space(ReclaimSpaceRequest { pv_name: "pv-1".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert_eq!(pool.leader(&client, DRIVER).await.unwrap().pod, "replica-b", "read again after UNAVAILABLE");
+
+    // Renewed two hours ago: expired, so each lookup reads the Lease. Nothing runs this driver.
+    let expired = "expired.csi-addons-rs.io";
+    let long_ago = Timestamp::now() - 2.hours();
+    hold(expired, "replica-c", long_ago).await;
+    pool.put(pooled((&namespace, "replica-c", "node-h3"), expired, &address, dead_channel()));
+    pool.put(pooled((&namespace, "replica-d", "node-h4"), expired, &address, dead_channel()));
+    assert_eq!(pool.leader(&client, expired).await.unwrap().pod, "replica-c");
+    hold(expired, "replica-d", long_ago).await;
+    assert_eq!(pool.leader(&client, expired).await.unwrap().pod, "replica-d");
 }
 
 /// Per-driver trust: a driver whose CSIDriver names a CA has its sidecars verified against that
