@@ -10,7 +10,7 @@
 //! Lease's `renewTime`: a clock behind the API server's lengthens the trust by the difference, so
 //! it is never more than one lease duration from the read.
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::LeaseSpec;
@@ -39,11 +39,20 @@ struct Known {
 #[derive(Default)]
 pub struct LeaseHolders {
     known: Mutex<HashMap<String, Known>>,
+    /// One read of a Lease at a time: a hundred jobs that arrive together and find no holder
+    /// wait for one read rather than make a hundred. One per Lease, as many as drivers.
+    reads: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl LeaseHolders {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Known>> {
         self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Held while `lease` is read; whoever gets it next looks at what the read found first.
+    pub fn read_turn(&self, lease: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut reads = self.reads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        reads.entry(lease.to_owned()).or_default().clone()
     }
 
     /// The pool key of `lease`'s holder, if it is still trusted and its connection has answered

@@ -259,6 +259,12 @@ impl Pool {
         self.read().values().filter(|c| c.driver == driver).map(|c| c.namespace.clone()).collect()
     }
 
+    /// The connection of `lease`'s remembered holder, while it is trusted.
+    fn known_holder(&self, lease: &str) -> Option<Arc<Connection>> {
+        let answers = |key: &str| self.get(key).map(|c| c.channel.unavailable_answers());
+        self.holders.holder(lease, answers).and_then(|key| self.get(&key))
+    }
+
     /// The sidecar holding `driver`'s Lease, looked up in each namespace that has its sidecars;
     /// a holder read before is taken without a request while it is trusted (`LeaseHolders`).
     pub async fn leader(&self, client: &kube::Client, driver: &str) -> Result<Arc<Connection>, LookupError> {
@@ -270,8 +276,12 @@ impl Pool {
         let mut why = Vec::new();
         for namespace in namespaces {
             let lease_key = format!("{namespace}/{lease_name}");
-            let answers = |key: &str| self.get(key).map(|c| c.channel.unavailable_answers());
-            if let Some(connection) = self.holders.holder(&lease_key, answers).and_then(|key| self.get(&key)) {
+            if let Some(connection) = self.known_holder(&lease_key) {
+                return Ok(connection);
+            }
+            let turn = self.holders.read_turn(&lease_key);
+            let _reading = turn.lock().await;
+            if let Some(connection) = self.known_holder(&lease_key) {
                 return Ok(connection);
             }
             let leases = Api::<Lease>::namespaced(client.clone(), &namespace);

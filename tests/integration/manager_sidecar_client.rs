@@ -126,9 +126,10 @@ async fn the_pool_finds_the_leader_past_a_broken_sidecar() {
     assert!(none.contains("no sidecar of driver other.driver"), "{none}");
 }
 
-/// A Lease's holder is remembered while it surely holds the Lease: another holder written into
-/// the Lease is not seen until the remembered one answers UNAVAILABLE, as the real sidecar does
-/// when it does not hold its Lease. An expired Lease's holder is read at every lookup.
+/// A Lease's holder is remembered while it surely holds the Lease: lookups at once read it once,
+/// and another holder written into the Lease is not seen until the remembered one answers
+/// UNAVAILABLE, as the real sidecar does when it does not hold its Lease. An expired Lease's
+/// holder is read at every lookup.
 #[tokio::test]
 async fn the_pool_remembers_a_lease_holder_until_it_answers_unavailable() {
     use api::proto::internal::{ReclaimSpaceRequest, reclaim_space_client::ReclaimSpaceClient};
@@ -175,6 +176,19 @@ async fn the_pool_remembers_a_lease_holder_until_it_answers_unavailable() {
     pool.put(pooled((&namespace, "replica-a", "node-h1"), DRIVER, &address, standing_by));
     pool.put(pooled((&namespace, "replica-b", "node-h2"), DRIVER, &address, dead_channel()));
 
+    // Twenty lookups at once, none remembered yet: one read of the Lease between them.
+    let gets = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = gets.clone();
+    let observer: cluster_client::observe::Observer = std::sync::Arc::new(move |method, _, _| {
+        if method == http::Method::GET {
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    let options = cluster_client::Options { in_flight: None, observer: Some(observer) };
+    let counting = cluster_client::client_for(cp.config().await.unwrap(), options).unwrap();
+    let lookups = futures::future::join_all((0..20).map(|_| pool.leader(&counting, DRIVER))).await;
+    assert!(lookups.iter().all(|l| l.as_ref().is_ok_and(|l| l.pod == "replica-a")));
+    assert_eq!(gets.load(std::sync::atomic::Ordering::Relaxed), 1, "GETs of the Lease for 20 lookups");
     let leader = pool.leader(&client, DRIVER).await.unwrap();
     assert_eq!(leader.pod, "replica-a");
     hold(DRIVER, "replica-b", Timestamp::now()).await;
