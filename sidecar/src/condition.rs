@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use api::proto::csi::v1 as csi;
-use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference, PersistentVolume};
+use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use tokio::sync::watch;
@@ -252,7 +252,8 @@ impl Reporter {
                 serde_json::json!({"metadata": {"annotations": {key: annotation_value(reported, now, &self.node_id)}}});
             let pvcs =
                 Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(self.client.clone(), &namespace);
-            if let Err(e) = pvcs.patch(&claim, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            // Metadata back, not the whole claim: no PVC deserialiser in the binary for it.
+            if let Err(e) = pvcs.patch_metadata(&claim, &PatchParams::default(), &Patch::Merge(&patch)).await {
                 tracing::warn!(pvc = %format!("{namespace}/{claim}"), error = %e, "annotating the volume condition failed");
             }
         }
@@ -261,7 +262,7 @@ impl Reporter {
     /// The PVC (namespace, name, UID) bound to the volume's PV: by name when the kubelet named
     /// it, else by handle among the PVs.
     async fn claim_of(&self, volume: &crate::resolve::Volume) -> Option<(String, String, Option<String>)> {
-        let pvs = Api::<PersistentVolume>::all(self.client.clone());
+        let pvs = Api::<crate::csi_pv::CsiPv>::all(self.client.clone());
         let pv = if volume.pv_name.is_empty() {
             let list = pvs.list(&ListParams::default()).await.ok()?;
             list.items.into_iter().find(|pv| {

@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod condition;
 pub mod connect;
+pub mod csi_pv;
 pub mod driver;
 pub mod flags;
 pub mod guard;

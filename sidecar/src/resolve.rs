@@ -4,9 +4,11 @@
 use std::collections::HashMap;
 
 use api::proto::csi::v1 as csi;
-use k8s_openapi::api::core::v1::{PersistentVolume, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
 use sha2::{Digest, Sha256};
+
+use crate::csi_pv::{CsiPv, CsiPvSpec};
 
 /// Why a reference could not be resolved.
 #[derive(Debug, thiserror::Error)]
@@ -58,24 +60,30 @@ pub fn check_name(what: &'static str, name: &str, label: bool) -> Result<(), Res
 
 pub async fn volume(client: &Client, pv_name: &str) -> Result<Volume, ResolveError> {
     check_name("PersistentVolume", pv_name, false)?;
-    let pv = Api::<PersistentVolume>::all(client.clone())
+    let pv = Api::<CsiPv>::all(client.clone())
         .get(pv_name)
         .await
         .map_err(|source| ResolveError::GetPv { name: pv_name.to_owned(), source })?;
-    let spec = pv.spec.unwrap_or_default();
-    let source = spec.csi.ok_or_else(|| ResolveError::NotCsi(pv_name.to_owned()))?;
-    let node_stage_secret =
-        source.node_stage_secret_ref.map(|r| (r.namespace.unwrap_or_default(), r.name.unwrap_or_default()));
-    Ok(Volume {
-        pv_name: pv_name.to_owned(),
-        driver: source.driver,
-        handle: source.volume_handle,
-        attributes: source.volume_attributes.unwrap_or_default().into_iter().collect(),
-        node_stage_secret,
-        block: spec.volume_mode.as_deref() == Some("Block"),
-        access_modes: spec.access_modes.unwrap_or_default(),
-        claim: spec.claim_ref.and_then(|c| Some((c.namespace?, c.name?))),
-    })
+    Volume::of(pv_name, pv.spec.unwrap_or_default())
+}
+
+impl Volume {
+    /// The volume PersistentVolume `pv_name` describes; not CSI: the caller's error.
+    pub fn of(pv_name: &str, spec: CsiPvSpec) -> Result<Volume, ResolveError> {
+        let source = spec.csi.ok_or_else(|| ResolveError::NotCsi(pv_name.to_owned()))?;
+        let node_stage_secret =
+            source.node_stage_secret_ref.map(|r| (r.namespace.unwrap_or_default(), r.name.unwrap_or_default()));
+        Ok(Volume {
+            pv_name: pv_name.to_owned(),
+            driver: source.driver,
+            handle: source.volume_handle,
+            attributes: source.volume_attributes.unwrap_or_default(),
+            node_stage_secret,
+            block: spec.volume_mode.as_deref() == Some("Block"),
+            access_modes: spec.access_modes.unwrap_or_default(),
+            claim: spec.claim_ref.and_then(|c| Some((c.namespace?, c.name?))),
+        })
+    }
 }
 
 /// The Secret's data as strings (what CSI calls secrets). Never logged.
