@@ -6,9 +6,11 @@
 //! holder read at `renewTime` keeps it at least until `renewTime + leaseDurationSeconds`, unless
 //! it gives it up first. A sidecar gives up its Lease early only when it stops, or steps down for
 //! want of the API server; its calls then answer UNAVAILABLE (it is gone, or says it no longer
-//! holds the Lease), and the lookup reads the Lease again after any such answer. The time is counted on this manager's clock from the
-//! Lease's `renewTime`: a clock behind the API server's lengthens the trust by the difference, so
-//! it is never more than one lease duration from the read.
+//! holds the Lease), and the lookup reads the Lease again after any such answer.
+//!
+//! The time is counted on this manager's clock from the Lease's `renewTime`: a clock behind the
+//! API server's lengthens the trust by the difference, so it is capped at one lease duration from
+//! the read.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
