@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
 use sha2::{Digest, Sha256};
 
-use crate::csi_pv::{CsiPv, CsiPvSpec};
+use crate::csi_pv::CsiPv;
 
 /// Why a reference could not be resolved.
 #[derive(Debug, thiserror::Error)]
@@ -64,26 +64,20 @@ pub async fn volume(client: &Client, pv_name: &str) -> Result<Volume, ResolveErr
         .get(pv_name)
         .await
         .map_err(|source| ResolveError::GetPv { name: pv_name.to_owned(), source })?;
-    Volume::of(pv_name, pv.spec.unwrap_or_default())
-}
-
-impl Volume {
-    /// The volume PersistentVolume `pv_name` describes; not CSI: the caller's error.
-    pub fn of(pv_name: &str, spec: CsiPvSpec) -> Result<Volume, ResolveError> {
-        let source = spec.csi.ok_or_else(|| ResolveError::NotCsi(pv_name.to_owned()))?;
-        let node_stage_secret =
-            source.node_stage_secret_ref.map(|r| (r.namespace.unwrap_or_default(), r.name.unwrap_or_default()));
-        Ok(Volume {
-            pv_name: pv_name.to_owned(),
-            driver: source.driver,
-            handle: source.volume_handle,
-            attributes: source.volume_attributes.unwrap_or_default(),
-            node_stage_secret,
-            block: spec.volume_mode.as_deref() == Some("Block"),
-            access_modes: spec.access_modes.unwrap_or_default(),
-            claim: spec.claim_ref.and_then(|c| Some((c.namespace?, c.name?))),
-        })
-    }
+    let spec = pv.spec.unwrap_or_default();
+    let source = spec.csi.ok_or_else(|| ResolveError::NotCsi(pv_name.to_owned()))?;
+    let node_stage_secret =
+        source.node_stage_secret_ref.map(|r| (r.namespace.unwrap_or_default(), r.name.unwrap_or_default()));
+    Ok(Volume {
+        pv_name: pv_name.to_owned(),
+        driver: source.driver,
+        handle: source.volume_handle,
+        attributes: source.volume_attributes.unwrap_or_default(),
+        node_stage_secret,
+        block: spec.volume_mode.as_deref() == Some("Block"),
+        access_modes: spec.access_modes.unwrap_or_default(),
+        claim: spec.claim_ref.and_then(|c| Some((c.namespace?, c.name?))),
+    })
 }
 
 /// The Secret's data as strings (what CSI calls secrets). Never logged.
