@@ -19,7 +19,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::PartialObjectMeta;
 use serde_json::json;
 
-use crate::bench_report::{plot_rss, plot_rss_against, row, table, write_json};
+use crate::bench_report::{plot_rss, plot_rss_against, provenance, row, table, write_json};
 use crate::manager_harness::ManagerIdentity;
 use crate::rig::{self, Build, ManagerProcess};
 use crate::support::unique;
@@ -95,12 +95,29 @@ async fn measure(client: &kube::Client, namespace: &str, n: usize, build: Build,
         rss: sampler.finish(),
     };
     drop(manager);
-    let api = Api::<ReclaimSpaceCronJob>::namespaced(client.clone(), namespace);
-    api.delete_collection(&DeleteParams::default(), &ListParams::default()).await.unwrap();
-    while cron_jobs(client, namespace).await > 0 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    remove_cron_jobs(client, namespace).await;
     figures
+}
+
+/// Deletes every cron job of `namespace` and waits until none is left. Deleting 100,000 outlasts
+/// the API server's request timeout, which ends the request with the deletion part done: it is
+/// asked again until none is left.
+async fn remove_cron_jobs(client: &kube::Client, namespace: &str) {
+    let api = Api::<PartialObjectMeta<ReclaimSpaceCronJob>>::namespaced(client.clone(), namespace);
+    let mut asked = None;
+    loop {
+        let left = cron_jobs(client, namespace).await;
+        if left == 0 {
+            return;
+        }
+        if asked.is_none_or(|at: Instant| at.elapsed() > Duration::from_secs(90)) {
+            asked = Some(Instant::now());
+            let api = api.clone();
+            // Not awaited here: its answer lists every object deleted; only the count is watched.
+            tokio::spawn(async move { api.delete_collection(&DeleteParams::default(), &ListParams::default()).await });
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// One manager's figures at one size, as kept in the JSON.
@@ -208,23 +225,6 @@ fn plot_growth(by_pvcs: &serde_json::Map<String, serde_json::Value>) {
     );
 }
 
-/// The commit measured and the day, so that sizes from different runs can be told apart.
-fn provenance() -> serde_json::Value {
-    let commit = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
-    let day = std::process::Command::new("date")
-        .args(["-u", "+%F"])
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
-    json!({"commit": commit, "day": day})
-}
-
 #[tokio::test]
 #[ignore = "benchmark: make bench"]
 async fn bench_manager_annotation_fan_out() {
@@ -272,6 +272,8 @@ async fn bench_manager_annotation_fan_out() {
             );
         }
         by_pvcs.insert(n.to_string(), entry);
+        // Written as each size ends, so a later size's failure keeps it.
+        write_json("annotation-fan-out", json!({"by_pvcs": by_pvcs}));
         // Each size's managers see only its own claims and volumes.
         if i + 1 < sizes.len() {
             testenv::bound_claims::remove_bound_pairs(&client, &namespace).await;

@@ -43,6 +43,23 @@ pub fn write_json(name: &str, mut value: serde_json::Value) {
     println!("  results: {}", path.display());
 }
 
+/// The commit measured and the day, so that sizes from different runs can be told apart.
+pub fn provenance() -> serde_json::Value {
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    let day = std::process::Command::new("date")
+        .args(["-u", "+%F"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    serde_json::json!({"commit": commit, "day": day})
+}
+
 /// CPU model, cores and memory, from /proc.
 fn machine() -> serde_json::Value {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();

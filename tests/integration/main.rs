@@ -3,6 +3,7 @@
 
 mod admission;
 mod alerts;
+mod bench_idle;
 mod bench_jobs;
 mod bench_manager;
 mod bench_report;
