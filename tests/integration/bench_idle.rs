@@ -204,6 +204,9 @@ fn measured_sizes() -> Vec<(f64, serde_json::Value)> {
         .filter(|e| e.file_name().to_string_lossy().starts_with("idle-nodes"))
         .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
         .filter_map(|e| serde_json::from_slice::<serde_json::Value>(&std::fs::read(e.path()).ok()?).ok())
+        // Only sizes that say which commit they came from: files before that measured another shape
+        // (one sidecar Pod for every node) and must not be set against these.
+        .filter(|v| v["run"].is_object())
         .filter_map(|v| Some((v["nodes"].as_f64()?, v["figures"].clone())))
         .collect();
     sizes.sort_by(|a, b| a.0.total_cmp(&b.0));
