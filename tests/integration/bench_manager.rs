@@ -8,9 +8,9 @@
 //! audit log. Prints figures and writes them as JSON; asserts only that ours made every cron job
 //! (upstream is given 30 minutes, and what it made by then is reported).
 //!
-//! Each size's figures are kept in the JSON under its N, beside the sizes of earlier runs (the
-//! 100,000-PVC size runs on a control plane of its own: `BENCH_PVCS=100000`), with the commit and
-//! day they came from; what grows with the PVCs is printed and plotted from all of them.
+//! Each size's figures are kept in the JSON under its N, beside the sizes of earlier runs (so
+//! `BENCH_PVCS=100000`, about an hour, can run on its own), with the commit and day they came
+//! from; what grows with the PVCs is printed and plotted from all of them.
 use std::time::{Duration, Instant};
 
 use api::csiaddons::ReclaimSpaceCronJob;
