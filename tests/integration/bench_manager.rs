@@ -172,10 +172,12 @@ fn earlier_sizes() -> serde_json::Map<String, serde_json::Value> {
 
 /// What grows with the PVCs, per manager, from every size with a full count: at each size the
 /// requests per PVC, and between consecutive sizes what one more PVC adds to the peak RSS and to
-/// the requests (the fixed cost, such as the binary and the watches starting, left out).
+/// the requests (the fixed cost, such as the binary and the watches starting, left out); peak RSS
+/// against PVCs plotted (`fan-out-rss-by-pvcs.png`).
 fn growth(by_pvcs: &serde_json::Map<String, serde_json::Value>) -> serde_json::Value {
     println!("\ncost that grows with the PVCs (per PVC; between sizes, what each PVC more adds):");
     let mut out = serde_json::Map::new();
+    let mut plotted = Vec::new();
     for who in ["ours", "upstream"] {
         let mut points: Vec<(f64, f64, f64)> = by_pvcs
             .values()
@@ -200,29 +202,15 @@ fn growth(by_pvcs: &serde_json::Map<String, serde_json::Value>) -> serde_json::V
             slopes.push(json!({"from": a, "to": b, "bytes_per_pvc": bytes, "requests_per_pvc": requests}));
         }
         out.insert(who.into(), json!({"by_size": rows, "slopes": slopes}));
+        plotted.push(points.iter().map(|(n, peak, _)| (*n, *peak)).collect::<Vec<_>>());
     }
-    serde_json::Value::Object(out)
-}
-
-/// Peak RSS against PVCs for both managers, from every size measured in full.
-fn plot_growth(by_pvcs: &serde_json::Map<String, serde_json::Value>) {
-    let points = |who: &str| -> Vec<(f64, f64)> {
-        let mut p: Vec<(f64, f64)> = by_pvcs
-            .values()
-            .filter_map(|size| size.get(who))
-            .filter(|f| f["seconds"].is_number())
-            .filter_map(|f| Some((f["pvcs"].as_f64()?, f["peak_mib"].as_f64()?)))
-            .collect();
-        p.sort_by(|a, b| a.0.total_cmp(&b.0));
-        p
-    };
-    let (ours, theirs) = (points("ours"), points("upstream"));
     plot_rss_against(
         "fan-out-rss-by-pvcs.png",
         "Manager peak RSS against PVCs in the annotation fan-out",
         "bound PVCs of the annotated StorageClass",
-        &[("ours", &ours), ("upstream v0.14.0", &theirs)],
+        &[("ours", &plotted[0]), ("upstream v0.14.0", &plotted[1])],
     );
+    serde_json::Value::Object(out)
 }
 
 #[tokio::test]
@@ -280,7 +268,6 @@ async fn bench_manager_annotation_fan_out() {
         }
     }
     let grows = growth(&by_pvcs);
-    plot_growth(&by_pvcs);
     write_json("annotation-fan-out", json!({"by_pvcs": by_pvcs, "growth": grows}));
     Api::<StorageClass>::all(client.clone()).delete(&class_name, &Default::default()).await.unwrap();
 }
