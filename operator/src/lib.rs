@@ -19,6 +19,7 @@ pub mod manager;
 pub mod metrics;
 pub mod names;
 pub mod pool;
+pub mod pool_entries;
 pub mod pv_drivers;
 pub mod runner;
 pub mod schedule;

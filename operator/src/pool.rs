@@ -6,7 +6,7 @@
 //! (upstream's manager dials only `pod://` ones); an empty pod name is a key like any other
 //! (upstream's manager panics on it). A Lease's holder is remembered while it surely holds it
 //! (`lease_holders`), so a leader lookup reads the Lease once per lease term, not per operation.
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
 
@@ -17,6 +17,7 @@ use crate::compact::PodIp;
 use crate::core::read::read_cached;
 use crate::idle_channel::IdleChannel;
 use crate::lease_holders::{LeaseHolders, trusted_for};
+use crate::pool_entries::{Entries, Pooled};
 
 /// Where a CSIAddonsNode says its sidecar listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,6 +163,24 @@ impl Connection {
     }
 }
 
+impl Pooled for Connection {
+    fn key(&self) -> String {
+        Connection::key(self)
+    }
+    fn node(&self) -> (&str, &str) {
+        (&self.namespace, &self.name)
+    }
+    fn driver(&self) -> &str {
+        &self.driver
+    }
+    fn node_id(&self) -> &str {
+        &self.node_id
+    }
+    fn capabilities(&self) -> &[String] {
+        &self.capabilities
+    }
+}
+
 /// `<namespace>/<normalized pod name>`.
 pub fn pool_key(namespace: &str, pod: &str) -> String {
     format!("{namespace}/{}", api::lease::normalize_lease_name(pod))
@@ -178,41 +197,39 @@ pub enum LookupError {
     NoLeader { driver: String, why: String },
 }
 
-/// The connections, shared by all reconcilers.
+/// The connections, shared by all reconcilers; every lookup but `close_idle` is answered from
+/// an index (`pool_entries`), not by reading every connection.
 #[derive(Default)]
 pub struct Pool {
-    connections: RwLock<HashMap<String, Arc<Connection>>>,
+    connections: RwLock<Entries<Connection>>,
     holders: LeaseHolders,
 }
 
 impl Pool {
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Connection>>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Entries<Connection>> {
         self.connections.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Entries<Connection>> {
+        self.connections.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Adds or replaces the connection under its key; an entry of the same CSIAddonsNode under
     /// another key (its sidecar Pod was replaced) goes, so lookups never find the dead one.
     pub fn put(&self, connection: Connection) -> Arc<Connection> {
         let connection = Arc::new(connection);
-        let mut map = self.connections.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        map.retain(|_, c| c.namespace != connection.namespace || c.name != connection.name);
-        map.insert(connection.key(), connection.clone());
+        self.write().insert(connection.clone());
         connection
     }
 
     /// Removes the connection of CSIAddonsNode `namespace/name`, whatever its key.
     pub fn remove_node(&self, namespace: &str, name: &str) {
-        let mut map = self.connections.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        map.retain(|_, c| c.namespace != namespace || c.name != name);
+        self.write().remove_node(namespace, name);
     }
 
     /// Whether CSIAddonsNode `namespace/name` has a pooled connection.
     pub fn holds_node(&self, namespace: &str, name: &str) -> bool {
-        self.read().values().any(|c| c.namespace == namespace && c.name == name)
-    }
-
-    pub fn remove(&self, key: &str) -> Option<Arc<Connection>> {
-        self.connections.write().unwrap_or_else(std::sync::PoisonError::into_inner).remove(key)
+        self.read().holds_node(namespace, name)
     }
 
     pub fn get(&self, key: &str) -> Option<Arc<Connection>> {
@@ -238,11 +255,7 @@ impl Pool {
     /// The sidecar of `driver` on `node` that offers `capability` (the first by key, so the
     /// choice is stable).
     pub fn on_node(&self, driver: &str, node: &str, capability: &str) -> Result<Arc<Connection>, LookupError> {
-        let map = self.read();
-        let mut matching: Vec<&Arc<Connection>> =
-            map.values().filter(|c| c.driver == driver && c.node_id == node && c.offers(capability)).collect();
-        matching.sort_by_key(|c| c.key());
-        matching.first().map(|c| Arc::clone(c)).ok_or_else(|| LookupError::NoNodeSidecar {
+        self.read().on_node(driver, node, capability).cloned().ok_or_else(|| LookupError::NoNodeSidecar {
             driver: driver.to_owned(),
             node: node.to_owned(),
             capability: capability.to_owned(),
@@ -251,12 +264,12 @@ impl Pool {
 
     /// Whether any sidecar of `driver` offers `capability`.
     pub fn offers(&self, driver: &str, capability: &str) -> bool {
-        self.read().values().any(|c| c.driver == driver && c.offers(capability))
+        self.read().offers(driver, capability)
     }
 
     /// Namespaces that hold sidecars of `driver`, sorted.
     pub fn namespaces_of(&self, driver: &str) -> BTreeSet<String> {
-        self.read().values().filter(|c| c.driver == driver).map(|c| c.namespace.clone()).collect()
+        self.read().namespaces_of(driver).map(str::to_owned).collect()
     }
 
     /// The connection of `lease`'s remembered holder, while it is trusted.
