@@ -2,7 +2,7 @@
 //! driver's namespaces, capabilities and nodes), so no lookup reads every connection. Each node
 //! connected, job and PVC looks the pool up at least once: with a sidecar on each of 10,000
 //! nodes, reading them all at each lookup made connecting them cost the square of their number.
-//! The index costs about 150 bytes a connection.
+//! The index costs about 200 bytes a connection.
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
