@@ -1,6 +1,7 @@
 //! Each attempt of each API request, told to an observer as it ends: its method, the API server it
-//! went to, and its status code (none when no answer came). The manager counts them as client-go
-//! does in `rest_client_requests_total`. The layer sits below the retries, so a request answered
+//! went to, its path and its status code (none when no answer came). The manager counts them as
+//! client-go does in `rest_client_requests_total`, and takes a served CSI-Addons request as a sign
+//! of readiness. The layer sits below the retries, so a request answered
 //! 429 and then 200 is two attempts, as in client-go's counter.
 use std::future::Future;
 use std::pin::Pin;
@@ -10,8 +11,19 @@ use std::task::{Context, Poll};
 use http::{Method, Request, Response, StatusCode};
 use tower::{Layer, Service};
 
-/// Told `(method, host, status)` for every attempt; `host` is the API server's `host:port`.
-pub type Observer = Arc<dyn Fn(&Method, &str, Option<StatusCode>) + Send + Sync>;
+/// One attempt of one request, as it ended.
+#[derive(Debug)]
+pub struct Attempt<'a> {
+    pub method: &'a Method,
+    /// The API server's `host:port`.
+    pub host: &'a str,
+    pub path: &'a str,
+    /// None when no answer came.
+    pub status: Option<StatusCode>,
+}
+
+/// Told of every attempt.
+pub type Observer = Arc<dyn Fn(&Attempt<'_>) + Send + Sync>;
 
 #[derive(Clone)]
 pub struct ObserveLayer(pub Observer);
@@ -46,11 +58,13 @@ where
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let method = request.method().clone();
         let host = request.uri().authority().map(|a| a.as_str().to_owned()).unwrap_or_default();
+        let path = request.uri().path().to_owned();
         let observer = self.observer.clone();
         let answer = self.inner.call(request);
         Box::pin(async move {
             let result = answer.await;
-            observer(&method, &host, result.as_ref().ok().map(Response::status));
+            let status = result.as_ref().ok().map(Response::status);
+            observer(&Attempt { method: &method, host: &host, path: &path, status });
             result
         })
     }
@@ -64,11 +78,12 @@ mod tests {
     use tower::ServiceExt;
 
     #[tokio::test]
-    async fn every_attempt_is_told_with_its_method_host_and_status_or_none() {
+    async fn every_attempt_is_told_with_its_method_host_path_and_status_or_none() {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let record = seen.clone();
-        let observer: Observer = Arc::new(move |method, host, status| {
-            record.lock().unwrap().push((method.to_string(), host.to_owned(), status.map(|s| s.as_u16())));
+        let observer: Observer = Arc::new(move |a| {
+            let status = a.status.map(|s| s.as_u16());
+            record.lock().unwrap().push((a.method.to_string(), a.host.to_owned(), a.path.to_owned(), status));
         });
         let answering = tower::service_fn(|request: Request<()>| async move {
             match request.uri().path() {
@@ -87,9 +102,9 @@ mod tests {
         assert_eq!(
             seen,
             [
-                ("GET".to_owned(), host.clone(), Some(200)),
-                ("PATCH".to_owned(), host.clone(), Some(429)),
-                ("POST".to_owned(), host, None)
+                ("GET".to_owned(), host.clone(), "/ok".to_owned(), Some(200)),
+                ("PATCH".to_owned(), host.clone(), "/busy".to_owned(), Some(429)),
+                ("POST".to_owned(), host, "/gone".to_owned(), None)
             ]
         );
     }

@@ -21,6 +21,7 @@ pub mod names;
 pub mod pool;
 pub mod pool_entries;
 pub mod pv_drivers;
+pub mod readiness;
 pub mod runner;
 pub mod schedule;
 pub mod secure_metrics;

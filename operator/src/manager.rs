@@ -3,14 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use api::csiaddons::CSIAddonsNode;
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kube::api::ListParams;
 use prometheus::IntGaugeVec;
 use tokio::sync::watch;
 
@@ -18,17 +16,12 @@ use crate::config::{CONFIG_MAP, ConfigError, Settings};
 use crate::core::{CacheSync, Core};
 use crate::flags::ManagerCli;
 use crate::metrics::Metrics;
+use crate::readiness::{AddonsServed, NotReady, READY_CHECK, watch_readiness};
 use crate::secure_metrics::{MetricsAuth, TlsListener, authorize};
 use crate::sidecar_client::{ClientError, Security};
 
 /// upstream's Lease ID, so one of ours and one of upstream's never lead together.
 pub const LEASE_NAME: &str = "e8cd140a.openshift.io";
-/// How often readiness re-checks that the API server answers for the CSI-Addons kinds.
-const READY_CHECK: Duration = Duration::from_secs(2);
-/// How often the API server is asked again whether it serves CSIAddonsNodes once it did: each
-/// ask is a request, and asking every READY_CHECK for ever would be most of an idle manager's
-/// requests (a kubelet probes every 10 s by default).
-const READY_RECHECK: Duration = Duration::from_secs(30);
 
 /// Why the manager could not start.
 #[derive(Debug, thiserror::Error)]
@@ -65,9 +58,15 @@ pub enum ManagerError {
 const API_IN_FLIGHT: usize = 16;
 
 /// The Kubernetes client (`--kubeconfig`, KUBECONFIG, in-cluster or ~/.kube/config), with
-/// requests in flight bounded, and each request counted in `metrics`.
-async fn api_client(kubeconfig: Option<&std::path::Path>, metrics: &Metrics) -> Result<kube::Client, ManagerError> {
-    let options = cluster_client::Options { in_flight: Some(API_IN_FLIGHT), observer: Some(metrics.api_observer()) };
+/// requests in flight bounded, each request counted in `metrics`, and the CSI-Addons kinds'
+/// served requests told to `served`.
+async fn api_client(
+    kubeconfig: Option<&std::path::Path>,
+    metrics: &Metrics,
+    served: &AddonsServed,
+) -> Result<kube::Client, ManagerError> {
+    let observer = served.observer(metrics.api_observer());
+    let options = cluster_client::Options { in_flight: Some(API_IN_FLIGHT), observer: Some(observer) };
     let agent = cluster_client::user_agent("csi-addons-manager", env!("CARGO_PKG_VERSION"));
     Ok(cluster_client::client(&agent, kubeconfig, options).await?)
 }
@@ -86,18 +85,6 @@ pub async fn initial_settings(client: &kube::Client, cli: &ManagerCli) -> Result
     }
 }
 
-/// Why `/readyz` says not ready.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-enum NotReady {
-    #[error("not checked yet")]
-    NotChecked,
-    /// The API server's answer, as text (it is compared with the last one).
-    #[error("the API server does not serve CSIAddonsNodes: {0}")]
-    ApiServer(String),
-    #[error("caches not synced yet: {}", .0.join(", "))]
-    Caches(Vec<&'static str>),
-}
-
 #[derive(Clone)]
 struct Probes {
     ready: watch::Receiver<Result<(), NotReady>>,
@@ -113,43 +100,6 @@ async fn readyz(State(probes): State<Probes>) -> (StatusCode, String) {
 
 async fn serve_metrics(State(probes): State<Probes>) -> String {
     probes.metrics.render()
-}
-
-/// Keeps readiness current: ready while the API server serves the CSI-Addons kinds and, while
-/// this manager leads, once every controller's cache has synced (a standby is ready too).
-async fn watch_readiness(
-    client: kube::Client,
-    caches: CacheSync,
-    ready: watch::Sender<Result<(), NotReady>>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let nodes = Api::<CSIAddonsNode>::all(client);
-    // The API server's last answer, and when it came: the caches are looked at every
-    // READY_CHECK (no request), the API server asked again after READY_RECHECK once it answered.
-    let mut served: Option<(Result<(), String>, tokio::time::Instant)> = None;
-    loop {
-        let due = served.as_ref().is_none_or(|(answer, at)| answer.is_err() || at.elapsed() >= READY_RECHECK);
-        if due {
-            let answer =
-                nodes.list_metadata(&ListParams::default().limit(1)).await.map(|_| ()).map_err(|e| e.to_string());
-            served = Some((answer, tokio::time::Instant::now()));
-        }
-        let unsynced = caches.unsynced();
-        let state = match served.as_ref().map(|(answer, _)| answer) {
-            Some(Err(e)) => Err(NotReady::ApiServer(e.clone())),
-            _ if !unsynced.is_empty() => Err(NotReady::Caches(unsynced)),
-            _ => Ok(()),
-        };
-        ready.send_if_modified(|current| {
-            let changed = *current != state;
-            *current = state;
-            changed
-        });
-        tokio::select! {
-            () = tokio::time::sleep(READY_CHECK) => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
-    }
 }
 
 /// The metrics server's TLS: `--metrics-cert-dir`'s files or a self-signed certificate; HTTP/2
@@ -305,7 +255,8 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
         tracing::warn!("--enable-admission-webhooks is deprecated and has no effect");
     }
     let metrics = Metrics::new()?;
-    let client = api_client(cli.kubeconfig.as_deref(), &metrics).await?;
+    let served = AddonsServed::default();
+    let client = api_client(cli.kubeconfig.as_deref(), &metrics, &served).await?;
     let security = if cli.enable_auth {
         if cli.sidecar_ca_file.is_none() {
             tracing::warn!(
@@ -354,7 +305,7 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
         }
     }
     let caches = CacheSync::default();
-    tasks.spawn(watch_readiness(client.clone(), caches.clone(), ready_tx, stop.clone()));
+    tasks.spawn(watch_readiness(client.clone(), served, caches.clone(), ready_tx, stop.clone()));
 
     // A ConfigMap with a bad value stops the start, as upstream; an unreachable API server is
     // waited for (and /readyz says so meanwhile).

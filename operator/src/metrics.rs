@@ -49,9 +49,9 @@ impl Metrics {
     /// Counts the API client's attempts in `rest_client_requests_total`, as client-go does.
     pub fn api_observer(&self) -> cluster_client::observe::Observer {
         let requests = self.api_requests.clone();
-        std::sync::Arc::new(move |method, host, status| {
-            let code = status.map_or_else(|| "<error>".to_owned(), |s| s.as_u16().to_string());
-            requests.with_label_values(&[code.as_str(), method.as_str(), host]).inc();
+        std::sync::Arc::new(move |attempt| {
+            let code = attempt.status.map_or_else(|| "<error>".to_owned(), |s| s.as_u16().to_string());
+            requests.with_label_values(&[code.as_str(), attempt.method.as_str(), attempt.host]).inc();
         })
     }
 

@@ -179,8 +179,8 @@ async fn the_pool_remembers_a_lease_holder_until_it_answers_unavailable() {
     // Twenty lookups at once, none remembered yet: one read of the Lease between them.
     let gets = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = gets.clone();
-    let observer: cluster_client::observe::Observer = std::sync::Arc::new(move |method, _, _| {
-        if method == http::Method::GET {
+    let observer: cluster_client::observe::Observer = std::sync::Arc::new(move |attempt| {
+        if attempt.method == http::Method::GET {
             counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     });
