@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: test-faults-cluster olm-up prometheus-up operatorhub freeze-release test-olm demo-cluster cluster-up cluster-down cluster-install test-cluster ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
+.PHONY: code-order test-faults-cluster olm-up prometheus-up operatorhub freeze-release test-olm demo-cluster cluster-up cluster-down cluster-install test-cluster ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
 
 all: build
 
@@ -15,6 +15,9 @@ SHIP_BINS = --bin csi-addons-manager --bin csi-addons-sidecar --bin csi-addons -
 
 ship-binaries: ## Build every shipped binary, static, in the one `ship` profile and one cargo call (and the futures' size probe in the same profile)
 	$(CARGO) build --profile ship --locked --target $(SHIP_TARGET) -p operator -p sidecar -p reference-driver -p driver-operator $(SHIP_BINS) --example future_sizes
+
+code-order: control-plane ## Profile the manager and sidecar under callgrind in the benchmark's parts and rewrite build/code-order/ (the functions the shipped link puts first; about 15 min)
+	hack/code-order.sh
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'

@@ -9,6 +9,7 @@ mod bench_manager;
 mod bench_report;
 mod bench_sidecar;
 mod cluster_client_routes;
+mod code_order;
 mod crd_compat;
 mod crds;
 mod deploy_manifests;
