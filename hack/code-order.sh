@@ -51,9 +51,11 @@ done
 mkdir -p "$root/build/code-order"
 for name in csi-addons-manager csi-addons-sidecar; do
   # Every function callgrind saw run (`fn=`) or called (`cfn=`), without its recursion depth (`'2`);
-  # addresses without a symbol are left out. Sorted, so a crate's functions sit together.
+  # addresses without a symbol are left out. Sorted, so a crate's functions sit together; a name over
+  # 240 characters is kept as its first 200 and its last 20, the hash (hack/link-ordered.sh).
   find "$work/$name" -type f -name '*.out*' -exec cat {} + \
-    | sed -n -e 's/^c\{0,1\}fn=//p' | sed -e "s/'[0-9]*\$//" \
-    | grep -v '^0x' | LC_ALL=C sort -u >"$root/build/code-order/$name.txt"
+    | sed -n -e 's/^c\{0,1\}fn=//p' | sed -e "s/'[0-9]*\$//" | grep -v -e '^0x' -e '^(below main)$' \
+    | awk '{ print (length($0) > 240 ? substr($0, 1, 200) "..." substr($0, length($0) - 19) : $0) }' \
+    | LC_ALL=C sort -u >"$root/build/code-order/$name.txt"
   log "$name: $(wc -l <"$root/build/code-order/$name.txt") functions listed"
 done

@@ -68,6 +68,9 @@ for arg in "$@"; do
   case "$arg" in *.o) nm --defined-only "$arg" 2>/dev/null || true ;; esac
 done | awk -v list="$list" -v stats="$out.code-order" '
   function unhashed(name) { sub(/17h[0-9a-f]+E$/, "", name); return name }
+  # Names over 240 characters (async state machines and stream adaptors run to kilobytes) are
+  # kept as their first 200 and last 20 (the hash), as hack/code-order.sh writes them.
+  function short(name) { return (length(name) > 240 ? substr(name, 1, 200) "..." substr(name, length(name) - 19) : name) }
   BEGIN {
     while ((getline name < list) > 0) {
       if (name in rank) continue
@@ -77,8 +80,9 @@ done | awk -v list="$list" -v stats="$out.code-order" '
     }
   }
   $2 ~ /^[tTwW]$/ {
-    key = unhashed($3)
-    if ($3 in rank) { print rank[$3], $3; placed[$3] = 1; exact[key] = 1 }
+    name = short($3)
+    key = unhashed(name)
+    if (name in rank) { print rank[name], $3; placed[name] = 1; exact[key] = 1 }
     else if (key in key_rank) others[key] = others[key] " " $3
   }
   END {
