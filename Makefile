@@ -16,7 +16,7 @@ SHIP_BINS = --bin csi-addons-manager --bin csi-addons-sidecar --bin csi-addons -
 ship-binaries: ## Build every shipped binary, static, in the one `ship` profile and one cargo call (and the futures' size probe in the same profile)
 	$(CARGO) build --profile ship --locked --target $(SHIP_TARGET) -p operator -p sidecar -p reference-driver -p driver-operator $(SHIP_BINS) --example future_sizes
 
-code-order: control-plane ## Profile the manager and sidecar under callgrind in the benchmark's parts and rewrite build/code-order/ (the functions the shipped link puts first; about 15 min)
+code-order: control-plane ## Profile the manager and sidecar under callgrind in the benchmark's parts and rewrite build/code-order/ (the functions the shipped link puts first; about 10 min)
 	hack/code-order.sh
 
 help: ## List the targets

@@ -2,7 +2,7 @@
 # Makes build/code-order/<binary>.txt, the functions the manager and the sidecar run in service,
 # which hack/link-ordered.sh packs together at the front of the shipped binaries (see there why).
 #
-#   hack/code-order.sh        # about 15 min: a build, then the benchmark parts at small sizes
+#   hack/code-order.sh        # about 10 min: the shipped build, then the benchmark parts at small sizes
 #
 # It builds the shipped binaries with their symbols kept, runs the benchmark's parts (jobs through
 # the sidecar, an idle manager with CSIAddonsNodes, the annotation fan-out, the sidecar's own part)
