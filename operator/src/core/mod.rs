@@ -8,6 +8,7 @@ pub mod error;
 pub mod fingerprints;
 pub mod lock;
 pub mod patch;
+pub mod queue;
 pub mod read;
 pub mod run;
 pub mod status;

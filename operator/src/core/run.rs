@@ -12,6 +12,7 @@ use kube::runtime::controller::Action;
 use serde::de::DeserializeOwned;
 
 use super::Core;
+use super::queue::Front;
 use super::error::Categorized;
 
 /// What a controller's context gives the machinery: the shared core. Each controller's own state
@@ -52,12 +53,18 @@ impl<S: Send + Sync + 'static> ControllerContext for Context<S> {
     }
 }
 
-/// Runs `controller` (its watches already attached) until `stop`: at most
-/// `max-concurrent-reconciles` passes at once, by kube's own limit (objects beyond it wait in
-/// kube's queue as small entries; a change of the setting restarts the reconcilers), each pass
-/// recorded in controller-runtime's series under `name`.
+/// The most passes kube may be handed at once, for `workers` passes at a time: enough that a
+/// worker freed finds the next pass waiting; the rest wait in the compact queue (`core::queue`).
+pub fn handed_limit(workers: usize) -> usize {
+    workers.saturating_mul(2).max(1)
+}
+
+/// Runs `controller` (from `Triggers::controller`, its other watches attached) until `stop`: at
+/// most `max-concurrent-reconciles` passes at once, by kube's own limit (a change of the setting
+/// restarts the reconcilers), each pass recorded in controller-runtime's series under `name`, and
+/// each pass's end told to `front`.
 pub async fn run_controller<K, C, E, F, Fut>(
-    controller: Controller<K>,
+    (controller, front): (Controller<K>, Front<K>),
     ctx: Arc<C>,
     name: &'static str,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
@@ -73,6 +80,7 @@ pub async fn run_controller<K, C, E, F, Fut>(
     // kube-runtime does not expose its queue: the series is served (dashboards key on it) at 0.
     core.metrics.workqueue_depth.with_label_values(&[name, name]).set(0);
     let workers = core.settings().max_concurrent_reconciles;
+    front.set_limit(handed_limit(workers));
     let config = kube::runtime::Config::default().concurrency(u16::try_from(workers).unwrap_or(u16::MAX).max(1));
     controller
         .with_config(config)
@@ -84,7 +92,10 @@ pub async fn run_controller<K, C, E, F, Fut>(
             move |object, error, ctx| error_policy(object, error, ctx, name),
             ctx,
         )
-        .for_each(|_| futures::future::ready(()))
+        .for_each(move |result| {
+            front.passed(&result);
+            futures::future::ready(())
+        })
         .await;
 }
 

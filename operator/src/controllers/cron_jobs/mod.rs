@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{DeleteParams, PostParams, PropagationPolicy};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -241,7 +241,7 @@ pub async fn run<C: CronKind>(
     let child_events = child_events.touched_objects();
     ctx.caches.follow(C::CONTROLLER, ready);
     // Next runs come from `wakeups`, not from kube's scheduler (see `core::wakeups`).
-    let controller = Controller::for_stream(changes, store).owns_stream(child_events).reconcile_on(wakeups.due::<C>());
+    let controller = crate::core::queue::Triggers::new(changes).owns(child_events).on(wakeups.due::<C>()).controller(store);
     crate::core::run::run_controller(controller, ctx, C::CONTROLLER, stop, move |cron, ctx| {
         reconcile::<C>(cron, ctx, (children.clone(), children_ready.clone()), wakeups.clone())
     })

@@ -16,7 +16,6 @@ use api::csiaddons::OperationResult;
 use futures::{Future, StreamExt};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::runtime::Controller;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
@@ -228,7 +227,7 @@ pub async fn run<K: JobKind>(
     });
     // A job queued for its driver's share runs again as soon as a call of that driver ends.
     let woken = woken.map(|job| ObjectRef::<K>::new(&job.name).within(&job.namespace));
-    let controller = Controller::for_stream(changes, store).reconcile_on(woken);
+    let controller = crate::core::queue::Triggers::new(changes).on(woken).controller(store);
     crate::core::run::run_controller(controller, ctx, K::CONTROLLER, stop, reconcile::<K>).await;
 }
 

@@ -14,7 +14,6 @@ use api::proto::internal::NetworkFenceRequest;
 use api::proto::internal::network_fence_client::NetworkFenceClient;
 use futures::Future;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::runtime::Controller;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -42,7 +41,7 @@ pub async fn run(core: Arc<Core>, stop: impl Future<Output = ()> + Send + Sync +
     let (store, ready, changes) = crate::core::watch::spec_watch(fences, spec_or_annotations);
     core.caches.follow(NAME, ready);
     let ctx = Retrying::retrying(core, &store);
-    crate::core::run::run_controller(Controller::for_stream(changes, store), ctx, NAME, stop, reconcile).await;
+    crate::core::run::run_controller(crate::core::queue::Triggers::new(changes).controller(store), ctx, NAME, stop, reconcile).await;
 }
 
 fn spec_or_annotations(fence: &NetworkFence) -> Option<u64> {

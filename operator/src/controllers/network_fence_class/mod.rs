@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use api::csiaddons::{CSIADDONSNODE_FINALIZER, CSIAddonsNode, NetworkFenceClass};
 use futures::{Future, StreamExt};
-use kube::runtime::Controller;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
@@ -52,10 +51,11 @@ pub async fn run(
             |mut changes| async move { changes.recv().await.map(|node| (node, changes)) },
         );
     let classes = store.clone();
-    let controller = Controller::for_stream(changes, store)
-        .watches_stream(node_changes.map(Ok::<_, kube::runtime::watcher::Error>), move |node: CSIAddonsNode| {
+    let controller = crate::core::queue::Triggers::new(changes)
+        .watches(node_changes.map(Ok::<_, std::convert::Infallible>), move |node: CSIAddonsNode| {
             missing_classes(&classes, &node)
-        });
+        })
+        .controller(store);
     let ctx = Arc::new(Context::new(core, nodes));
     crate::core::run::run_controller(controller, ctx, NAME, stop, reconcile).await;
 }

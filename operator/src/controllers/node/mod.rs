@@ -15,7 +15,7 @@ use api::proto::identity::GetCapabilitiesRequest;
 use api::proto::identity::identity_client::IdentityClient;
 use futures::{Future, StreamExt};
 use kube::runtime::controller::Action;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -136,9 +136,10 @@ pub async fn run(
     let fingerprints = Fingerprints::default();
     let changes = fingerprints.filter(changes, spec_and_annotations);
     let checks = Wakeups::default();
-    let controller = Controller::for_stream(changes, roster.store.clone())
-        .reconcile_all_on(trust_changes)
-        .reconcile_on(checks.due::<CSIAddonsNode>());
+    let controller = crate::core::queue::Triggers::new(changes)
+        .all_on(trust_changes, roster.store.clone())
+        .on(checks.due::<CSIAddonsNode>())
+        .controller(roster.store.clone());
     let state = NodeState { retry: Backoff::default(), roster, fingerprints, checks };
     let ctx = Arc::new(Context::new(core, state));
     let prune = |ctx: &NodeContext, live: &std::collections::HashSet<String>| {

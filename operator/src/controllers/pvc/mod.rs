@@ -20,7 +20,7 @@ use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Po
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, PredicateConfig, WatchStreamExt, watcher};
+use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
@@ -221,13 +221,13 @@ pub async fn run(
             }
         }
     });
-    let (in_namespace, of_class) = (pvcs.clone(), pvcs.clone());
+    let (in_namespace, of_class, all_pvcs) = (pvcs.clone(), pvcs.clone(), pvcs.clone());
     ctx.caches.follow(NAME, pvcs_ready);
-    let controller = Controller::for_stream(pvc_stream, pvcs)
-        .reconcile_on(owner_events)
-        .reconcile_on(pv_binds)
-        .reconcile_on(driver_connected)
-        .watches_stream(ns_stream, move |ns: PartialObjectMeta<Namespace>| {
+    let controller = crate::core::queue::Triggers::new(pvc_stream)
+        .on(owner_events)
+        .on(pv_binds)
+        .on(driver_connected)
+        .watches(ns_stream, move |ns: PartialObjectMeta<Namespace>| {
             let name = ns.name_any();
             in_namespace
                 .state()
@@ -236,7 +236,7 @@ pub async fn run(
                 .map(|p| ObjectRef::from_obj(p.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .watches_stream(sc_stream, move |sc: StorageClass| {
+        .watches(sc_stream, move |sc: StorageClass| {
             let name = sc.name_any();
             of_class
                 .state()
@@ -245,7 +245,8 @@ pub async fn run(
                 .map(|p| ObjectRef::from_obj(p.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .reconcile_all_on(precedence_changes);
+        .all_on(precedence_changes, all_pvcs)
+        .controller(pvcs);
     crate::core::run::run_controller(controller, ctx, NAME, stop, move |pvc, ctx| reconcile(pvc, ctx, caches.clone()))
         .await;
 }

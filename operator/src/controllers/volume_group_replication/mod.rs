@@ -22,7 +22,7 @@ use kube::api::{ListParams, PostParams};
 use kube::core::{ParseExpressionError, PartialObjectMeta, Selector, SelectorExt};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, WatchStreamExt};
+use kube::runtime::{WatchStreamExt};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
@@ -61,10 +61,11 @@ pub async fn run(core: Arc<Core>, stop: impl Future<Output = ()> + Send + Sync +
         .default_backoff()
         .touched_objects();
     let replications = list_and_watch(ctx.watched::<VolumeReplication>()).default_backoff().touched_objects();
-    let controller = Controller::for_stream(changes, store)
-        .watches_stream(pvcs, move |pvc: PartialObjectMeta<PersistentVolumeClaim>| groups_of(&groups, &pvc))
-        .watches_stream(contents, |content: VolumeGroupReplicationContent| group_ref(&content))
-        .watches_stream(replications, |vr: VolumeReplication| group_ref(&vr));
+    let controller = crate::core::queue::Triggers::new(changes)
+        .watches(pvcs, move |pvc: PartialObjectMeta<PersistentVolumeClaim>| groups_of(&groups, &pvc))
+        .watches(contents, |content: VolumeGroupReplicationContent| group_ref(&content))
+        .watches(replications, |vr: VolumeReplication| group_ref(&vr))
+        .controller(store);
     crate::core::run::run_controller(controller, ctx, NAME, stop, reconcile).await;
 }
 

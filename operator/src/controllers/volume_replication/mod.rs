@@ -16,7 +16,6 @@ use api::replication::{ObservedReplicationState, ReplicationState, VolumeReplica
 use futures::Future;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
-use kube::runtime::Controller;
 use kube::runtime::controller::Action;
 use serde_json::json;
 
@@ -46,7 +45,7 @@ pub async fn run(core: Arc<Core>, stop: impl Future<Output = ()> + Send + Sync +
     let (store, ready, changes) = crate::core::watch::spec_watch(watched, crate::core::watch::generation_or_deletion);
     core.caches.follow(NAME, ready);
     let ctx = Retrying::retrying(core, &store);
-    crate::core::run::run_controller(Controller::for_stream(changes, store), ctx, NAME, stop, reconcile).await;
+    crate::core::run::run_controller(crate::core::queue::Triggers::new(changes).controller(store), ctx, NAME, stop, reconcile).await;
 }
 
 /// Everything a call needs.

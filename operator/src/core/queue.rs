@@ -1,0 +1,296 @@
+//! The queue in front of kube's controller machinery. kube's scheduler keeps every request it is
+//! handed three times over (a map, a delay queue and, once due, a pending set), each a reference
+//! of four strings, and its tables keep their largest size: the 10,000 PVCs of a first list
+//! cost some megabytes for the life of the process. Here a request waits as one short string, in
+//! order, once however often it is asked for, and kube is handed requests for at most `limit`
+//! objects whose pass has not ended yet; the queue's own tables are given back when it empties.
+//!
+//! Every request handed to kube ends in a pass result (a pass, a failed pass, or "not in the
+//! store" for an object gone meanwhile): kube merges a request for an object already queued or
+//! running into that one, which runs and ends too. So each handed key comes back through
+//! `Front::passed`, and the count of handed keys cannot stay full for good.
+use std::collections::{HashSet, VecDeque};
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+use futures::stream::{BoxStream, SelectAll};
+use futures::{Stream, StreamExt};
+use kube::Resource;
+use kube::runtime::Controller;
+use kube::runtime::controller::{Action, Error as ControllerError};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use serde::de::DeserializeOwned;
+
+use super::lock::locked;
+
+/// A queued object: `namespace/name`, or `name` for a cluster-scoped kind (neither part can hold
+/// a slash).
+type Key = Arc<str>;
+
+fn key(namespace: Option<&str>, name: &str) -> Key {
+    match namespace {
+        Some(namespace) => format!("{namespace}/{name}").into(),
+        None => name.into(),
+    }
+}
+
+fn object_ref<K: Resource<DynamicType = ()>>(key: &str) -> ObjectRef<K> {
+    match key.split_once('/') {
+        Some((namespace, name)) => ObjectRef::new(name).within(namespace),
+        None => ObjectRef::new(key),
+    }
+}
+
+/// Tables at most this long are kept when the queue empties; longer ones are given back.
+const KEEP_CAPACITY: usize = 64;
+
+struct Shared {
+    waiting: VecDeque<Key>,
+    queued: HashSet<Key>,
+    /// Handed to kube, pass not ended yet.
+    handed: HashSet<Key>,
+    limit: usize,
+    waker: Option<Waker>,
+}
+
+impl Shared {
+    fn push(&mut self, key: Key) {
+        if self.queued.insert(Arc::clone(&key)) {
+            self.waiting.push_back(key);
+        }
+    }
+
+    /// The next key to hand to kube, if fewer than `limit` are out.
+    fn pop(&mut self) -> Option<Key> {
+        if self.handed.len() >= self.limit {
+            return None;
+        }
+        let key = self.waiting.pop_front()?;
+        self.queued.remove(&key);
+        self.handed.insert(Arc::clone(&key));
+        if self.waiting.is_empty() && self.waiting.capacity() > KEEP_CAPACITY {
+            self.waiting = VecDeque::new();
+            self.queued = HashSet::new();
+        }
+        Some(key)
+    }
+
+    fn passed(&mut self, key: &str) {
+        if self.handed.remove(key) {
+            if self.handed.is_empty() && self.handed.capacity() > KEEP_CAPACITY {
+                self.handed = HashSet::new();
+            }
+            if let Some(waker) = self.waker.take() {
+                waker.wake();
+            }
+        }
+    }
+}
+
+/// What starts a controller's passes: the changes of its own objects, and objects found from
+/// other watches, all through the queue.
+pub struct Triggers<K: Resource> {
+    inputs: Vec<BoxStream<'static, Vec<ObjectRef<K>>>>,
+}
+
+impl<K> Triggers<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    /// A pass for each changed object of `changes` (watch errors start none; the watch retries).
+    pub fn new(changes: impl Stream<Item = Result<K, watcher::Error>> + Send + 'static) -> Self {
+        let refs = changes.filter_map(|change| std::future::ready(change.ok().map(|o| vec![ObjectRef::from_obj(&o)])));
+        Triggers { inputs: vec![refs.boxed()] }
+    }
+
+    /// A pass for each object of `refs`.
+    pub fn on(mut self, refs: impl Stream<Item = ObjectRef<K>> + Send + 'static) -> Self {
+        self.inputs.push(refs.map(|object| vec![object]).boxed());
+        self
+    }
+
+    /// A pass for each object `mapper` finds from an object of `stream` (watch errors find none).
+    pub fn watches<T, I, E>(
+        mut self,
+        stream: impl Stream<Item = Result<T, E>> + Send + 'static,
+        mapper: impl Fn(T) -> I + Send + 'static,
+    ) -> Self
+    where
+        I: IntoIterator<Item = ObjectRef<K>>,
+    {
+        let found = stream.map(move |item| item.map(|item| mapper(item).into_iter().collect()).unwrap_or_default());
+        self.inputs.push(found.boxed());
+        self
+    }
+
+    /// A pass for each owner of kind `K` of an object of `children`.
+    pub fn owns<Child: Resource + Send + 'static, E>(
+        self,
+        children: impl Stream<Item = Result<Child, E>> + Send + 'static,
+    ) -> Self {
+        self.watches(children, |child: Child| {
+            let namespace = child.meta().namespace.as_deref();
+            let owners = child.meta().owner_references.iter().flatten();
+            owners.filter_map(|owner| ObjectRef::from_owner_ref(namespace, owner, ())).collect::<Vec<_>>()
+        })
+    }
+
+    /// A pass for every object in `store` each time `trigger` fires.
+    pub fn all_on(mut self, trigger: impl Stream<Item = ()> + Send + 'static, store: Store<K>) -> Self {
+        let every = trigger.map(move |()| store.state().iter().map(|o| ObjectRef::from_obj(o.as_ref())).collect());
+        self.inputs.push(every.boxed());
+        self
+    }
+
+    /// kube's controller over `store`, its passes started through the queue, and the queue's
+    /// handle, which sets how many kube may be handed at once and is told of each pass's end.
+    pub fn controller(self, store: Store<K>) -> (Controller<K>, Front<K>) {
+        let shared = Arc::new(Mutex::new(Shared {
+            waiting: VecDeque::new(),
+            queued: HashSet::new(),
+            handed: HashSet::new(),
+            limit: 1,
+            waker: None,
+        }));
+        let feed = Feed { inputs: futures::stream::select_all(self.inputs), shared: Arc::clone(&shared) };
+        let controller = Controller::for_stream(futures::stream::empty::<Result<K, watcher::Error>>(), store).reconcile_on(feed);
+        (controller, Front { shared, kind: PhantomData })
+    }
+}
+
+/// The queue's handle: told of each pass's end (`passed`).
+pub struct Front<K: Resource> {
+    shared: Arc<Mutex<Shared>>,
+    kind: PhantomData<fn(K)>,
+}
+
+impl<K: Resource<DynamicType = ()>> Front<K> {
+    /// At most `limit` different objects handed to kube whose pass has not ended.
+    pub fn set_limit(&self, limit: usize) {
+        locked(&self.shared).limit = limit.max(1);
+    }
+
+    /// A pass result of kube's controller: its object may be handed again.
+    pub fn passed<E, Q: std::error::Error>(&self, result: &Result<(ObjectRef<K>, Action), ControllerError<E, Q>>) {
+        let ended = match result {
+            Ok((object, _)) => key(object.namespace.as_deref(), &object.name),
+            Err(ControllerError::ReconcilerFailed(_, object) | ControllerError::ObjectNotFound(object)) => {
+                key(object.namespace.as_deref(), &object.name)
+            }
+            Err(_) => return,
+        };
+        locked(&self.shared).passed(&ended);
+    }
+}
+
+/// The stream kube's controller takes its requests from: every input is read as it comes (the
+/// watches behind them must keep flowing), each request queued once, and handed on while fewer
+/// than `limit` objects are out.
+struct Feed<K: Resource> {
+    inputs: SelectAll<BoxStream<'static, Vec<ObjectRef<K>>>>,
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl<K: Resource<DynamicType = ()>> Stream for Feed<K> {
+    type Item = ObjectRef<K>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ObjectRef<K>>> {
+        let this = &mut *self;
+        let mut shared = locked(&this.shared);
+        // Ended inputs leave the queue as it is: kube's controller ends with its shutdown.
+        while let Poll::Ready(Some(refs)) = this.inputs.poll_next_unpin(cx) {
+            for object in refs {
+                shared.push(key(object.namespace.as_deref(), &object.name));
+            }
+        }
+        match shared.pop() {
+            Some(key) => Poll::Ready(Some(object_ref(&key))),
+            None => {
+                shared.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use kube::runtime::controller::Error;
+
+    use super::*;
+
+    fn shared(limit: usize) -> Shared {
+        Shared { waiting: VecDeque::new(), queued: HashSet::new(), handed: HashSet::new(), limit, waker: None }
+    }
+
+    #[test]
+    fn keys_go_out_in_order_once_each_and_at_most_limit_at_a_time() {
+        let mut queue = shared(2);
+        for name in ["a", "b", "a", "c", "b"] {
+            queue.push(key(Some("ns"), name));
+        }
+        assert_eq!(queue.pop().as_deref(), Some("ns/a"));
+        assert_eq!(queue.pop().as_deref(), Some("ns/b"));
+        assert_eq!(queue.pop(), None, "two are out");
+        // Asked for again while out: queued again, to run after the pass that is out.
+        queue.push(key(Some("ns"), "a"));
+        queue.passed("ns/b");
+        assert_eq!(queue.pop().as_deref(), Some("ns/c"));
+        queue.passed("ns/a");
+        assert_eq!(queue.pop().as_deref(), Some("ns/a"));
+        queue.passed("ns/unknown");
+        assert_eq!(queue.pop(), None);
+    }
+
+    #[test]
+    fn a_long_queue_gives_its_tables_back_when_it_empties() {
+        let mut queue = shared(1000);
+        for i in 0..1000 {
+            queue.push(key(None, &format!("n{i}")));
+        }
+        let mut out = Vec::new();
+        while let Some(key) = queue.pop() {
+            out.push(key);
+        }
+        assert_eq!(out.len(), 1000);
+        assert!(queue.handed.capacity() >= 1000);
+        for key in out {
+            queue.passed(&key);
+        }
+        assert_eq!((queue.waiting.capacity(), queue.queued.capacity(), queue.handed.capacity()), (0, 0, 0));
+    }
+
+    #[test]
+    fn keys_map_back_to_the_object() {
+        let namespaced: ObjectRef<ConfigMap> = object_ref(&key(Some("ns"), "cm"));
+        assert_eq!(namespaced, ObjectRef::new("cm").within("ns"));
+        let cluster: ObjectRef<Namespace> = object_ref(&key(None, "ns"));
+        assert_eq!(cluster, ObjectRef::new("ns"));
+    }
+
+    #[tokio::test]
+    async fn inputs_are_read_while_kube_has_its_fill_and_results_let_more_out() {
+        let (sender, receiver) = futures::channel::mpsc::unbounded::<Vec<ObjectRef<ConfigMap>>>();
+        let shared_state = Arc::new(Mutex::new(shared(1)));
+        let mut feed = Feed { inputs: futures::stream::select_all([receiver.boxed()]), shared: Arc::clone(&shared_state) };
+        let front = Front::<ConfigMap> { shared: Arc::clone(&shared_state), kind: PhantomData };
+        for name in ["a", "b", "c"] {
+            sender.unbounded_send(vec![ObjectRef::new(name).within("ns")]).unwrap();
+        }
+        assert_eq!(feed.next().await, Some(ObjectRef::new("a").within("ns")));
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert!(Pin::new(&mut feed).poll_next(&mut cx).is_pending(), "one is out");
+        sender.unbounded_send(vec![ObjectRef::new("d").within("ns")]).unwrap();
+        assert!(Pin::new(&mut feed).poll_next(&mut cx).is_pending());
+        assert_eq!(locked(&shared_state).waiting.len(), 3, "b, c and d read while one is out");
+        let gone: Result<(ObjectRef<ConfigMap>, Action), Error<std::io::Error, std::io::Error>> =
+            Err(Error::ObjectNotFound(Box::new(ObjectRef::<ConfigMap>::new("a").within("ns").erase())));
+        front.passed(&gone);
+        assert_eq!(feed.next().await, Some(ObjectRef::new("b").within("ns")));
+    }
+}
