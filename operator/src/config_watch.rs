@@ -7,7 +7,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Resource;
 use kube::api::Api;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
 use crate::config::{CONFIG_MAP, Settings};
@@ -24,7 +24,9 @@ pub async fn follow(
     let api = Api::<ConfigMap>::namespaced(client.clone(), &namespace);
     let recorder = EventRecorder::new(client, crate::core::FIELD_MANAGER, None);
     let config = watcher::Config::default().fields(&format!("metadata.name={CONFIG_MAP}"));
-    let mut events = std::pin::pin!(watcher::watcher(api, config));
+    // Backed off after each error: a watcher retries as soon as it is polled again, so without it
+    // an unreachable API server is dialled back to back, a CPU's worth.
+    let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
     loop {
         let event = tokio::select! {
             event = events.next() => event,

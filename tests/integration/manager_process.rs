@@ -1,6 +1,9 @@
 //! The manager process against the real API server: probes, metrics, leader election between two
-//! managers, a dead API server on /readyz, and a bad ConfigMap value at start.
+//! managers, a dead API server on /readyz, an API server that goes away, and a bad ConfigMap value
+//! at start.
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -39,6 +42,69 @@ async fn probes_and_metrics_follow_the_api_server() {
     .await;
     let (_, metrics) = http_get(lost.metrics, "/metrics").await.unwrap();
     assert!(metrics.contains("rest_client_requests_total{code=\"<error>\""), "requests without an answer:\n{metrics}");
+}
+
+/// A TCP relay to the API server that can be cut: then it closes every relayed connection and
+/// every new one at once, counting the new ones.
+struct Relay {
+    port: u16,
+    open: Arc<AtomicBool>,
+    refused: Arc<AtomicUsize>,
+    relayed: Arc<std::sync::Mutex<tokio::task::JoinSet<()>>>,
+}
+
+impl Relay {
+    async fn to(target: &str) -> Relay {
+        let target = target.trim_start_matches("https://").trim_end_matches('/').to_owned();
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (open, refused) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicUsize::new(0)));
+        let relayed = Arc::new(std::sync::Mutex::new(tokio::task::JoinSet::new()));
+        let (is_open, count, tasks) = (open.clone(), refused.clone(), relayed.clone());
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !is_open.load(Ordering::SeqCst) {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    continue;
+                }
+                let target = target.clone();
+                tasks.lock().unwrap().spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        Relay { port, open, refused, relayed }
+    }
+
+    /// From now on the API server is gone, as far as the relay's clients can tell.
+    fn cut(&self) {
+        self.open.store(false, Ordering::SeqCst);
+        self.relayed.lock().unwrap().abort_all();
+    }
+}
+
+#[tokio::test]
+async fn an_api_server_that_goes_away_is_not_dialled_back_to_back() {
+    let cp = testenv::shared();
+    let client = cp.client().await.unwrap();
+    let namespace = cp.namespace(&client, "manager-gone").await.unwrap();
+    let relay = Relay::to(cp.server_url()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(cp.kubeconfig_path()).unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, text.replace(cp.server_url(), &format!("https://127.0.0.1:{}", relay.port))).unwrap();
+    let manager = Manager::start(&namespace, &kubeconfig, &[]);
+    manager.eventually("/readyz 200", async |m| matches!(http_get(m.health, "/readyz").await, Some((200, _)))).await;
+    relay.cut();
+    // Every watch and every retry backs off: some tens of connections in these seconds, where a
+    // watch retried as soon as it failed makes thousands a second.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let dialled = relay.refused.load(Ordering::SeqCst);
+    eprintln!("{dialled} connections to the gone API server in 5 s");
+    assert!(dialled <= 300, "{dialled} connections to a gone API server in 5 s; log:\n{}", manager.log());
+    assert!(dialled > 0, "nothing dialled the API server again: the relay was not in use");
 }
 
 #[tokio::test]

@@ -156,7 +156,8 @@ where
             waker: None,
         }));
         let feed = Feed { inputs: futures::stream::select_all(self.inputs), shared: Arc::clone(&shared) };
-        let controller = Controller::for_stream(futures::stream::empty::<Result<K, watcher::Error>>(), store).reconcile_on(feed);
+        let controller =
+            Controller::for_stream(futures::stream::empty::<Result<K, watcher::Error>>(), store).reconcile_on(feed);
         (controller, Front { shared, kind: PhantomData })
     }
 }
@@ -276,7 +277,8 @@ mod tests {
     async fn inputs_are_read_while_kube_has_its_fill_and_results_let_more_out() {
         let (sender, receiver) = futures::channel::mpsc::unbounded::<Vec<ObjectRef<ConfigMap>>>();
         let shared_state = Arc::new(Mutex::new(shared(1)));
-        let mut feed = Feed { inputs: futures::stream::select_all([receiver.boxed()]), shared: Arc::clone(&shared_state) };
+        let mut feed =
+            Feed { inputs: futures::stream::select_all([receiver.boxed()]), shared: Arc::clone(&shared_state) };
         let front = Front::<ConfigMap> { shared: Arc::clone(&shared_state), kind: PhantomData };
         for name in ["a", "b", "c"] {
             sender.unbounded_send(vec![ObjectRef::new(name).within("ns")]).unwrap();

@@ -12,8 +12,8 @@ use kube::runtime::controller::Action;
 use serde::de::DeserializeOwned;
 
 use super::Core;
-use super::queue::Front;
 use super::error::Categorized;
+use super::queue::Front;
 
 /// What a controller's context gives the machinery: the shared core. Each controller's own state
 /// sits beside it in the context type the controller chooses.

@@ -241,7 +241,8 @@ pub async fn run<C: CronKind>(
     let child_events = child_events.touched_objects();
     ctx.caches.follow(C::CONTROLLER, ready);
     // Next runs come from `wakeups`, not from kube's scheduler (see `core::wakeups`).
-    let controller = crate::core::queue::Triggers::new(changes).owns(child_events).on(wakeups.due::<C>()).controller(store);
+    let controller =
+        crate::core::queue::Triggers::new(changes).owns(child_events).on(wakeups.due::<C>()).controller(store);
     crate::core::run::run_controller(controller, ctx, C::CONTROLLER, stop, move |cron, ctx| {
         reconcile::<C>(cron, ctx, (children.clone(), children_ready.clone()), wakeups.clone())
     })

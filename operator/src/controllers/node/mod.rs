@@ -15,7 +15,7 @@ use api::proto::identity::GetCapabilitiesRequest;
 use api::proto::identity::identity_client::IdentityClient;
 use futures::{Future, StreamExt};
 use kube::runtime::controller::Action;
-use kube::runtime::{watcher};
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;

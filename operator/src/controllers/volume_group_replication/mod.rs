@@ -20,9 +20,9 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{ListParams, PostParams};
 use kube::core::{ParseExpressionError, PartialObjectMeta, Selector, SelectorExt};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{WatchStreamExt};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
