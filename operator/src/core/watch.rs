@@ -160,22 +160,48 @@ where
 /// its first full list, and the stream of watch events (already applied to the store).
 pub fn cached_watch<K>(
     api: Api<K>,
+    trim: impl FnMut(&mut K) + Send + 'static,
+) -> (Store<K>, Ready, impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    cached_watch_where(api, trim, |_| true)
+}
+
+/// A cached watch (see `cached_watch`) whose store keeps only the objects `keep` takes: one that
+/// changes so that it is no longer kept comes out of the store as if deleted.
+pub fn cached_watch_where<K>(
+    api: Api<K>,
     mut trim: impl FnMut(&mut K) + Send + 'static,
+    keep: fn(&K) -> bool,
 ) -> (Store<K>, Ready, impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store();
+    let kept =
+        list_and_watch(api).default_backoff().filter_map(move |event| std::future::ready(kept_event(event, keep)));
     let (ready, events) = cache_ready::track(
-        list_and_watch(api)
-            .default_backoff()
-            .modify(move |object| {
-                object.meta_mut().managed_fields = None;
-                trim(object);
-            })
-            .reflect(writer),
+        kept.modify(move |object| {
+            object.meta_mut().managed_fields = None;
+            trim(object);
+        })
+        .reflect(writer),
     );
     (store, ready, events)
+}
+
+/// `event` as a store that keeps only what `keep` takes sees it: a listed object it does not take
+/// is left out, and a changed one it no longer takes is deleted.
+fn kept_event<K>(
+    event: Result<watcher::Event<K>, watcher::Error>,
+    keep: fn(&K) -> bool,
+) -> Option<Result<watcher::Event<K>, watcher::Error>> {
+    match event {
+        Ok(watcher::Event::InitApply(object)) if !keep(&object) => None,
+        Ok(watcher::Event::Apply(object)) if !keep(&object) => Some(Ok(watcher::Event::Delete(object))),
+        other => Some(other),
+    }
 }
 
 /// A trimmed watch (see `trimmed_watch`) whose stream of changed objects keeps only those whose
@@ -201,6 +227,18 @@ pub fn generation_or_deletion<K: Resource>(object: &K) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_store_that_keeps_some_objects_leaves_out_or_deletes_the_others() {
+        let keep: fn(&ConfigMap) -> bool = |c| c.metadata.name.as_deref() == Some("kept");
+        let kept = |e| kept_event(Ok(e), keep).map(Result::unwrap);
+        assert!(kept(Event::InitApply(config_map("other"))).is_none());
+        assert!(matches!(kept(Event::InitApply(config_map("kept"))), Some(Event::InitApply(_))));
+        assert!(matches!(kept(Event::Apply(config_map("other"))), Some(Event::Delete(_))));
+        assert!(matches!(kept(Event::Apply(config_map("kept"))), Some(Event::Apply(_))));
+        assert!(matches!(kept(Event::Delete(config_map("other"))), Some(Event::Delete(_))));
+        assert!(matches!(kept(Event::InitDone), Some(Event::InitDone)));
+    }
+
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::ObjectMeta;
     use kube::runtime::reflector::ObjectRef;

@@ -232,12 +232,16 @@ pub async fn run<C: CronKind>(
     wakeups: Wakeups,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let (children, children_ready, child_events) =
-        crate::core::watch::cached_watch(ctx.watched::<C::Job>(), |job: &mut C::Job| {
+    // Only the jobs a cron job of this kind controls: the others are never a child.
+    let (children, children_ready, child_events) = crate::core::watch::cached_watch_where(
+        ctx.watched::<C::Job>(),
+        |job: &mut C::Job| {
             // What `child_of` and the owner lookup read: annotations, owners, the outcome.
             job.meta_mut().labels = None;
             job.keep_only_outcome();
-        });
+        },
+        controlled_by_a::<C, C::Job>,
+    );
     let child_events = child_events.touched_objects();
     ctx.caches.follow(C::CONTROLLER, ready);
     // Next runs come from `wakeups`, not from kube's scheduler (see `core::wakeups`).
@@ -247,6 +251,14 @@ pub async fn run<C: CronKind>(
         reconcile::<C>(cron, ctx, (children.clone(), children_ready.clone()), wakeups.clone())
     })
     .await;
+}
+
+/// Whether a cron job of kind `C` controls `job`.
+fn controlled_by_a<C: CronKind, J: kube::Resource>(job: &J) -> bool {
+    let (kind, api_version) = (C::kind(&()), C::api_version(&()));
+    job.meta().owner_references.iter().flatten().any(|o| {
+        o.controller == Some(true) && o.kind.as_str() == kind.as_ref() && o.api_version.as_str() == api_version.as_ref()
+    })
 }
 
 fn child_of<C: CronKind>(job: &C::Job) -> Child {
@@ -395,5 +407,35 @@ async fn create_child<C: CronKind>(
             ctx.event(cron, true, "JobCreateFailed", failed.to_string()).await;
             Err(failed)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use api::csiaddons::{EncryptionKeyRotationCronJob, ReclaimSpaceCronJob, ReclaimSpaceJob};
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    fn job_owned_by(kind: &str, controller: Option<bool>) -> ReclaimSpaceJob {
+        let owner = OwnerReference {
+            api_version: "csiaddons.openshift.io/v1alpha1".into(),
+            kind: kind.into(),
+            name: "cron".into(),
+            uid: "u".into(),
+            controller,
+            ..Default::default()
+        };
+        let mut job = ReclaimSpaceJob::new("j", Default::default());
+        job.metadata = ObjectMeta { owner_references: Some(vec![owner]), ..Default::default() };
+        job
+    }
+
+    #[test]
+    fn a_child_is_a_job_a_cron_job_of_the_kind_controls() {
+        assert!(controlled_by_a::<ReclaimSpaceCronJob, _>(&job_owned_by("ReclaimSpaceCronJob", Some(true))));
+        assert!(!controlled_by_a::<ReclaimSpaceCronJob, _>(&job_owned_by("ReclaimSpaceCronJob", None)));
+        assert!(!controlled_by_a::<EncryptionKeyRotationCronJob, _>(&job_owned_by("ReclaimSpaceCronJob", Some(true))));
+        assert!(!controlled_by_a::<ReclaimSpaceCronJob, _>(&ReclaimSpaceJob::new("j", Default::default())));
     }
 }
