@@ -113,7 +113,7 @@ impl Metrics {
             )?,
             workqueue_depth: gauge(
                 "workqueue_depth",
-                "Current depth of workqueue (0: kube-runtime does not expose its queue; served for dashboards)",
+                "Current depth of workqueue: objects waiting for a pass",
                 &["name", "controller"],
             )?,
             operations: counter(

@@ -54,12 +54,26 @@ struct Shared {
     handed: HashSet<Key>,
     limit: usize,
     waker: Option<Waker>,
+    /// controller-runtime's `workqueue_depth` of this controller: the objects waiting here.
+    depth: Option<prometheus::IntGauge>,
 }
 
 impl Shared {
+    fn new() -> Self {
+        let (waiting, queued, handed) = (VecDeque::new(), HashSet::new(), HashSet::new());
+        Shared { waiting, queued, handed, limit: 1, waker: None, depth: None }
+    }
+
     fn push(&mut self, key: Key) {
         if self.queued.insert(Arc::clone(&key)) {
             self.waiting.push_back(key);
+            self.show_depth();
+        }
+    }
+
+    fn show_depth(&self) {
+        if let Some(depth) = &self.depth {
+            depth.set(i64::try_from(self.waiting.len()).unwrap_or(i64::MAX));
         }
     }
 
@@ -70,6 +84,7 @@ impl Shared {
         }
         let key = self.waiting.pop_front()?;
         self.queued.remove(&key);
+        self.show_depth();
         self.handed.insert(Arc::clone(&key));
         if self.waiting.is_empty() && self.waiting.capacity() > KEEP_CAPACITY {
             self.waiting = VecDeque::new();
@@ -148,13 +163,7 @@ where
     /// kube's controller over `store`, its passes started through the queue, and the queue's
     /// handle, which sets how many kube may be handed at once and is told of each pass's end.
     pub fn controller(self, store: Store<K>) -> (Controller<K>, Front<K>) {
-        let shared = Arc::new(Mutex::new(Shared {
-            waiting: VecDeque::new(),
-            queued: HashSet::new(),
-            handed: HashSet::new(),
-            limit: 1,
-            waker: None,
-        }));
+        let shared = Arc::new(Mutex::new(Shared::new()));
         let feed = Feed { inputs: futures::stream::select_all(self.inputs), shared: Arc::clone(&shared) };
         let controller =
             Controller::for_stream(futures::stream::empty::<Result<K, watcher::Error>>(), store).reconcile_on(feed);
@@ -169,9 +178,13 @@ pub struct Front<K: Resource> {
 }
 
 impl<K: Resource<DynamicType = ()>> Front<K> {
-    /// At most `limit` different objects handed to kube whose pass has not ended.
-    pub fn set_limit(&self, limit: usize) {
-        locked(&self.shared).limit = limit.max(1);
+    /// At most `limit` different objects handed to kube whose pass has not ended; `depth` shows
+    /// how many wait here.
+    pub fn configure(&self, limit: usize, depth: prometheus::IntGauge) {
+        let mut shared = locked(&self.shared);
+        shared.limit = limit.max(1);
+        shared.depth = Some(depth);
+        shared.show_depth();
     }
 
     /// A pass result of kube's controller: its object may be handed again.
@@ -225,18 +238,22 @@ mod tests {
     use super::*;
 
     fn shared(limit: usize) -> Shared {
-        Shared { waiting: VecDeque::new(), queued: HashSet::new(), handed: HashSet::new(), limit, waker: None }
+        Shared { limit, ..Shared::new() }
     }
 
     #[test]
     fn keys_go_out_in_order_once_each_and_at_most_limit_at_a_time() {
         let mut queue = shared(2);
+        let depth = prometheus::IntGauge::new("depth", "waiting").unwrap();
+        queue.depth = Some(depth.clone());
         for name in ["a", "b", "a", "c", "b"] {
             queue.push(key(Some("ns"), name));
         }
+        assert_eq!(depth.get(), 3, "a, b and c wait once each");
         assert_eq!(queue.pop().as_deref(), Some("ns/a"));
         assert_eq!(queue.pop().as_deref(), Some("ns/b"));
         assert_eq!(queue.pop(), None, "two are out");
+        assert_eq!(depth.get(), 1);
         // Asked for again while out: queued again, to run after the pass that is out.
         queue.push(key(Some("ns"), "a"));
         queue.passed("ns/b");

@@ -77,10 +77,8 @@ pub async fn run_controller<K, C, E, F, Fut>(
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
 {
     let core = ctx.core();
-    // kube-runtime does not expose its queue: the series is served (dashboards key on it) at 0.
-    core.metrics.workqueue_depth.with_label_values(&[name, name]).set(0);
     let workers = core.settings().max_concurrent_reconciles;
-    front.set_limit(handed_limit(workers));
+    front.configure(handed_limit(workers), core.metrics.workqueue_depth.with_label_values(&[name, name]));
     let config = kube::runtime::Config::default().concurrency(u16::try_from(workers).unwrap_or(u16::MAX).max(1));
     controller
         .with_config(config)
