@@ -55,7 +55,7 @@ impl<S: Send + Sync + 'static> ControllerContext for Context<S> {
 
 /// The most passes kube may be handed at once, for `workers` passes at a time: enough that a
 /// worker freed finds the next pass waiting; the rest wait in the compact queue (`core::queue`).
-pub fn handed_limit(workers: usize) -> usize {
+fn handed_limit(workers: usize) -> usize {
     workers.saturating_mul(2).max(1)
 }
 
