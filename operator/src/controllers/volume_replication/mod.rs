@@ -45,14 +45,8 @@ pub async fn run(core: Arc<Core>, stop: impl Future<Output = ()> + Send + Sync +
     let (store, ready, changes) = crate::core::watch::spec_watch(watched, crate::core::watch::generation_or_deletion);
     core.caches.follow(NAME, ready);
     let ctx = Retrying::retrying(core, &store);
-    crate::core::run::run_controller(
-        crate::core::queue::Triggers::new(changes).controller(store),
-        ctx,
-        NAME,
-        stop,
-        reconcile,
-    )
-    .await;
+    let controller = crate::core::queue::Triggers::new(changes).controller(store);
+    crate::core::run::run_controller(controller, ctx, NAME, stop, reconcile).await;
 }
 
 /// Everything a call needs.
