@@ -32,7 +32,8 @@ pub async fn run_all(core: Arc<Core>, volume_health_cleanup: bool, stop: watch::
     tasks.spawn(volume_group_replication::run(core.clone(), stopped(stop.clone())));
     tasks.spawn(volume_group_replication_content::run(core.clone(), stopped(stop.clone())));
     // The PVC controller's caches, which the job controllers read too.
-    let (claims, drivers) = (pvc::watch_claims(&core), PvDrivers::default());
+    let (claims, drivers) = (pvc::watch_claims(&core, volume_health_cleanup), PvDrivers::default());
+    let (claims_store, claims_ready) = (claims.store.clone(), claims.ready.clone());
     let volumes = VolumeCaches { attachments, claims: claims.store.clone(), drivers: drivers.clone() };
     tasks.spawn(jobs::run::<ReclaimSpaceJob>(core.clone(), volumes.clone(), stopped(stop.clone())));
     tasks.spawn(jobs::run::<EncryptionKeyRotationJob>(core.clone(), volumes, stopped(stop.clone())));
@@ -74,7 +75,9 @@ pub async fn run_all(core: Arc<Core>, volume_health_cleanup: bool, stop: watch::
         (roster, connected),
         stopped(stop.clone()),
     ));
-    tasks.spawn(volume_health::run(core.clone(), volume_health_cleanup, stop.clone()));
+    if volume_health_cleanup {
+        tasks.spawn(volume_health::run(core.clone(), claims_store, claims_ready, stop.clone()));
+    }
     while tasks.join_next().await.is_some() {}
     core.caches.clear();
 }

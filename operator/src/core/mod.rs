@@ -2,6 +2,7 @@
 //! events, which caches have synced, and the "write status" step (server-side apply with one
 //! field manager). Each controller keeps its own retry and memo state in a context of its own
 //! that derefs to this one (`core::backoff::Retrying` for most).
+pub mod action;
 pub mod backoff;
 pub mod clock;
 pub mod error;

@@ -5,25 +5,35 @@
 //! order, once however often it is asked for, and kube is handed requests for at most `limit`
 //! objects whose pass has not ended yet; the queue's own tables are given back when it empties.
 //!
+//! A pass that asks for another later (`core::action::Action::requeue`, and a failed pass's retry)
+//! waits here too, not in kube's scheduler: kube is told to wait for a change, and the key comes
+//! back into the queue when it is due. As in kube, a request for an object that waits for a later
+//! pass runs now, and that later pass with it.
+//!
 //! Every request handed to kube ends in a pass result (a pass, a failed pass, or "not in the
 //! store" for an object gone meanwhile): kube merges a request for an object already queued or
 //! running into that one, which runs and ends too. So each handed key comes back through
 //! `Front::passed`, and the count of handed keys cannot stay full for good.
-use std::collections::{HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::future::Future as _;
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use futures::stream::{BoxStream, SelectAll};
 use futures::{Stream, StreamExt};
 use kube::Resource;
 use kube::runtime::Controller;
-use kube::runtime::controller::{Action, Error as ControllerError};
+use kube::runtime::controller::{Action as KubeAction, Error as ControllerError};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
+use tokio::time::{Instant, Sleep};
 
+use super::action::Action;
 use super::lock::locked;
 
 /// A queued object: `namespace/name`, or `name` for a cluster-scoped kind (neither part can hold
@@ -52,6 +62,10 @@ struct Shared {
     queued: HashSet<Key>,
     /// Handed to kube, pass not ended yet.
     handed: HashSet<Key>,
+    /// Keys asked for again later, by when: the earliest time asked per key, and those times in
+    /// order (an entry whose time is no longer its key's is left to fall out when due).
+    due: HashMap<Key, Instant>,
+    later: BinaryHeap<Reverse<(Instant, Key)>>,
     limit: usize,
     waker: Option<Waker>,
     /// controller-runtime's `workqueue_depth` of this controller: the objects waiting here.
@@ -61,10 +75,13 @@ struct Shared {
 impl Shared {
     fn new() -> Self {
         let (waiting, queued, handed) = (VecDeque::new(), HashSet::new(), HashSet::new());
-        Shared { waiting, queued, handed, limit: 1, waker: None, depth: None }
+        let (due, later) = (HashMap::new(), BinaryHeap::new());
+        Shared { waiting, queued, handed, due, later, limit: 1, waker: None, depth: None }
     }
 
     fn push(&mut self, key: Key) {
+        // A pass now stands for any later one this key waited for.
+        self.due.remove(&key);
         if self.queued.insert(Arc::clone(&key)) {
             self.waiting.push_back(key);
             self.show_depth();
@@ -91,6 +108,36 @@ impl Shared {
             self.queued = HashSet::new();
         }
         Some(key)
+    }
+
+    /// `key` back into the queue at `at`, unless it is due sooner already.
+    fn push_at(&mut self, key: Key, at: Instant) {
+        if self.due.get(&key).is_some_and(|due| *due <= at) {
+            return;
+        }
+        self.due.insert(Arc::clone(&key), at);
+        self.later.push(Reverse((at, key)));
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
+
+    /// Queues the keys due by `now`; returns when the next one is.
+    fn release_due(&mut self, now: Instant) -> Option<Instant> {
+        while let Some(Reverse((at, _))) = self.later.peek() {
+            if *at > now {
+                return Some(*at);
+            }
+            let Some(Reverse((at, key))) = self.later.pop() else { break };
+            if self.due.get(&key) == Some(&at) {
+                self.push(key);
+            }
+        }
+        if self.due.is_empty() && self.due.capacity() > KEEP_CAPACITY {
+            self.due = HashMap::new();
+            self.later = BinaryHeap::new();
+        }
+        None
     }
 
     fn passed(&mut self, key: &str) {
@@ -164,17 +211,23 @@ where
     /// handle, which sets how many kube may be handed at once and is told of each pass's end.
     pub fn controller(self, store: Store<K>) -> (Controller<K>, Front<K>) {
         let shared = Arc::new(Mutex::new(Shared::new()));
-        let feed = Feed { inputs: futures::stream::select_all(self.inputs), shared: Arc::clone(&shared) };
+        let feed = Feed { inputs: futures::stream::select_all(self.inputs), shared: Arc::clone(&shared), timer: None };
         let controller =
             Controller::for_stream(futures::stream::empty::<Result<K, watcher::Error>>(), store).reconcile_on(feed);
         (controller, Front { shared, kind: PhantomData })
     }
 }
 
-/// The queue's handle: told of each pass's end (`passed`).
+/// The queue's handle: told of each pass's end (`passed`) and of later passes (`asked`).
 pub struct Front<K: Resource> {
     shared: Arc<Mutex<Shared>>,
     kind: PhantomData<fn(K)>,
+}
+
+impl<K: Resource> Clone for Front<K> {
+    fn clone(&self) -> Self {
+        Front { shared: Arc::clone(&self.shared), kind: PhantomData }
+    }
 }
 
 impl<K: Resource<DynamicType = ()>> Front<K> {
@@ -187,8 +240,24 @@ impl<K: Resource<DynamicType = ()>> Front<K> {
         shared.show_depth();
     }
 
+    /// Another pass of `object` after `after`, unless a request for it comes sooner.
+    pub fn later(&self, object: &K, after: Duration) {
+        let meta = object.meta();
+        let key = key(meta.namespace.as_deref(), meta.name.as_deref().unwrap_or_default());
+        locked(&self.shared).push_at(key, Instant::now() + after);
+    }
+
+    /// What kube is told after a pass of `object` that asked for `action`: to wait for a change,
+    /// any later pass held here.
+    pub fn asked(&self, object: &K, action: Action) -> KubeAction {
+        if let Some(after) = action.requeue_after() {
+            self.later(object, after);
+        }
+        KubeAction::await_change()
+    }
+
     /// A pass result of kube's controller: its object may be handed again.
-    pub fn passed<E, Q: std::error::Error>(&self, result: &Result<(ObjectRef<K>, Action), ControllerError<E, Q>>) {
+    pub fn passed<E, Q: std::error::Error>(&self, result: &Result<(ObjectRef<K>, KubeAction), ControllerError<E, Q>>) {
         let ended = match result {
             Ok((object, _)) => key(object.namespace.as_deref(), &object.name),
             Err(ControllerError::ReconcilerFailed(_, object) | ControllerError::ObjectNotFound(object)) => {
@@ -206,6 +275,8 @@ impl<K: Resource<DynamicType = ()>> Front<K> {
 struct Feed<K: Resource> {
     inputs: SelectAll<BoxStream<'static, Vec<ObjectRef<K>>>>,
     shared: Arc<Mutex<Shared>>,
+    /// Set for the next key asked for later.
+    timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl<K: Resource<DynamicType = ()>> Stream for Feed<K> {
@@ -218,6 +289,21 @@ impl<K: Resource<DynamicType = ()>> Stream for Feed<K> {
         while let Poll::Ready(Some(refs)) = this.inputs.poll_next_unpin(cx) {
             for object in refs {
                 shared.push(key(object.namespace.as_deref(), &object.name));
+            }
+        }
+        // Due keys join the queue; the timer wakes this stream for the next (a timer that has
+        // fired by the time it is polled releases its keys on the next round).
+        loop {
+            let Some(next) = shared.release_due(Instant::now()) else {
+                this.timer = None;
+                break;
+            };
+            let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(next)));
+            if timer.deadline() != next {
+                timer.as_mut().reset(next);
+            }
+            if timer.as_mut().poll(cx).is_pending() {
+                break;
             }
         }
         match shared.pop() {
@@ -239,6 +325,17 @@ mod tests {
 
     fn shared(limit: usize) -> Shared {
         Shared { limit, ..Shared::new() }
+    }
+
+    type Refs = futures::channel::mpsc::UnboundedSender<Vec<ObjectRef<ConfigMap>>>;
+
+    /// A feed from one input that hands one object at a time, its front and its state.
+    fn one_at_a_time() -> (Refs, Feed<ConfigMap>, Front<ConfigMap>, Arc<Mutex<Shared>>) {
+        let (sender, receiver) = futures::channel::mpsc::unbounded::<Vec<ObjectRef<ConfigMap>>>();
+        let state = Arc::new(Mutex::new(shared(1)));
+        let inputs = futures::stream::select_all([receiver.boxed()]);
+        let feed = Feed { inputs, shared: Arc::clone(&state), timer: None };
+        (sender, feed, Front { shared: Arc::clone(&state), kind: PhantomData }, state)
     }
 
     #[test]
@@ -283,6 +380,60 @@ mod tests {
     }
 
     #[test]
+    fn a_later_pass_comes_when_due_once_and_a_request_meanwhile_stands_for_it() {
+        let mut queue = shared(10);
+        let t0 = Instant::now();
+        let at = |secs| t0 + Duration::from_secs(secs);
+        queue.push_at(key(Some("ns"), "a"), at(10));
+        queue.push_at(key(Some("ns"), "a"), at(20));
+        queue.push_at(key(Some("ns"), "b"), at(5));
+        queue.push_at(key(Some("ns"), "b"), at(2));
+        assert_eq!(queue.release_due(at(1)), Some(at(2)));
+        assert_eq!(queue.pop(), None, "nothing is due yet");
+        assert_eq!(queue.release_due(at(5)), Some(at(10)), "b is due once, at the earlier time");
+        assert_eq!(queue.pop().as_deref(), Some("ns/b"));
+        assert_eq!(queue.pop(), None, "b's later entry is not a second pass");
+        // A request for a while it waits runs now, and stands for the later pass.
+        queue.push(key(Some("ns"), "a"));
+        assert_eq!(queue.pop().as_deref(), Some("ns/a"));
+        assert_eq!(queue.release_due(at(30)), None);
+        assert_eq!(queue.pop(), None, "a's later pass went with the request");
+        assert!(queue.due.is_empty() && queue.later.is_empty());
+    }
+
+    #[test]
+    fn many_later_passes_give_their_tables_back_once_released() {
+        let mut queue = shared(1000);
+        let now = Instant::now();
+        for i in 0..1000 {
+            queue.push_at(key(None, &format!("n{i}")), now);
+        }
+        assert_eq!(queue.release_due(now), None);
+        assert_eq!((queue.due.capacity(), queue.later.capacity()), (0, 0));
+        assert_eq!(queue.waiting.len(), 1000);
+    }
+
+    #[tokio::test]
+    async fn a_pass_that_asks_for_another_gets_it_through_the_queue() {
+        let (_sender, mut feed, front, shared_state) = one_at_a_time();
+        let object = ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some("a".into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(front.asked(&object, Action::await_change()), KubeAction::await_change());
+        assert!(locked(&shared_state).later.is_empty(), "no later pass asked for");
+        assert_eq!(front.asked(&object, Action::requeue(Duration::from_millis(20))), KubeAction::await_change());
+        let waker = futures::task::noop_waker();
+        assert!(Pin::new(&mut feed).poll_next(&mut Context::from_waker(&waker)).is_pending(), "not due yet");
+        let again = tokio::time::timeout(Duration::from_secs(30), feed.next()).await;
+        assert_eq!(again, Ok(Some(ObjectRef::new("a").within("ns"))), "the timer brought it back");
+    }
+
+    #[test]
     fn keys_map_back_to_the_object() {
         let namespaced: ObjectRef<ConfigMap> = object_ref(&key(Some("ns"), "cm"));
         assert_eq!(namespaced, ObjectRef::new("cm").within("ns"));
@@ -292,11 +443,7 @@ mod tests {
 
     #[tokio::test]
     async fn inputs_are_read_while_kube_has_its_fill_and_results_let_more_out() {
-        let (sender, receiver) = futures::channel::mpsc::unbounded::<Vec<ObjectRef<ConfigMap>>>();
-        let shared_state = Arc::new(Mutex::new(shared(1)));
-        let mut feed =
-            Feed { inputs: futures::stream::select_all([receiver.boxed()]), shared: Arc::clone(&shared_state) };
-        let front = Front::<ConfigMap> { shared: Arc::clone(&shared_state), kind: PhantomData };
+        let (sender, mut feed, front, shared_state) = one_at_a_time();
         for name in ["a", "b", "c"] {
             sender.unbounded_send(vec![ObjectRef::new(name).within("ns")]).unwrap();
         }
@@ -307,7 +454,7 @@ mod tests {
         sender.unbounded_send(vec![ObjectRef::new("d").within("ns")]).unwrap();
         assert!(Pin::new(&mut feed).poll_next(&mut cx).is_pending());
         assert_eq!(locked(&shared_state).waiting.len(), 3, "b, c and d read while one is out");
-        let gone: Result<(ObjectRef<ConfigMap>, Action), Error<std::io::Error, std::io::Error>> =
+        let gone: Result<(ObjectRef<ConfigMap>, KubeAction), Error<std::io::Error, std::io::Error>> =
             Err(Error::ObjectNotFound(Box::new(ObjectRef::<ConfigMap>::new("a").within("ns").erase())));
         front.passed(&gone);
         assert_eq!(feed.next().await, Some(ObjectRef::new("b").within("ns")));

@@ -8,10 +8,10 @@ use std::time::Instant;
 use futures::{FutureExt, StreamExt};
 use kube::Resource;
 use kube::runtime::Controller;
-use kube::runtime::controller::Action;
 use serde::de::DeserializeOwned;
 
 use super::Core;
+use super::action::Action;
 use super::error::Categorized;
 use super::queue::Front;
 
@@ -80,14 +80,23 @@ pub async fn run_controller<K, C, E, F, Fut>(
     let workers = core.settings().max_concurrent_reconciles;
     front.configure(handed_limit(workers), core.metrics.workqueue_depth.with_label_values(&[name, name]));
     let config = kube::runtime::Config::default().concurrency(u16::try_from(workers).unwrap_or(u16::MAX).max(1));
+    // kube is always told to wait for a change: a later pass waits in the queue (`Front::later`).
+    let (after_pass, after_failure) = (front.clone(), front.clone());
     controller
         .with_config(config)
         .graceful_shutdown_on(stop)
         .run(
             // No async block around the pass: one would keep a second copy of its state (a
             // moved-from capture keeps its room), and a hundred of them run at once.
-            move |object, ctx: Arc<C>| record_pass(Arc::clone(&ctx), name, reconcile(object, ctx)),
-            move |object, error, ctx| error_policy(object, error, ctx, name),
+            move |object, ctx: Arc<C>| {
+                let (front, asked) = (after_pass.clone(), Arc::clone(&object));
+                record_pass(Arc::clone(&ctx), name, reconcile(object, ctx))
+                    .map(move |result| result.map(|action| front.asked(&asked, action)))
+            },
+            move |object, error, ctx| {
+                let action = error_policy(Arc::clone(&object), error, ctx, name);
+                after_failure.asked(&object, action)
+            },
             ctx,
         )
         .for_each(move |result| {

@@ -15,7 +15,6 @@ use api::csiaddons::{
 use futures::{Future, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{DeleteParams, PostParams, PropagationPolicy};
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -27,6 +26,7 @@ use crate::cache_ready::{Ready, Stopped};
 use crate::controllers::jobs::JobKind;
 use crate::controllers::pvc::decide::{MANAGED, STATE};
 use crate::core::Core;
+use crate::core::action::Action;
 use crate::core::clock::now_seconds;
 use crate::core::error::{Categorized, Category, kube_category};
 use crate::core::lock::locked;

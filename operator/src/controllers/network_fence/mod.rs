@@ -14,7 +14,6 @@ use api::proto::internal::NetworkFenceRequest;
 use api::proto::internal::network_fence_client::NetworkFenceClient;
 use futures::Future;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -24,6 +23,7 @@ use self::decide::{
 };
 use crate::controllers::network_fence_class::decide::{ClassParameterError, ClassParameters, class_parameters};
 use crate::core::Core;
+use crate::core::action::Action;
 use crate::core::backoff::Retrying;
 use crate::core::status::{condition, set_condition};
 use crate::pool::{Connection, LookupError};

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use api::csiaddons::{CSIADDONSNODE_FINALIZER, CSIAddonsNode, NetworkFenceClass};
 use futures::{Future, StreamExt};
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -19,6 +18,7 @@ use tokio::sync::mpsc;
 
 use self::decide::{CLASS_NAMES_ANNOTATION, GET_CLIENTS_TO_FENCE, annotation_change, class_names, class_parameters};
 use crate::cache_ready::Ready;
+use crate::core::action::Action;
 use crate::core::run::Context;
 
 const NAME: &str = "networkfenceclass";

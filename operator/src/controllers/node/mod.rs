@@ -14,7 +14,6 @@ use api::csiaddons::{CSIADDONSNODE_FINALIZER, CSIAddonsNode, NetworkFenceClientS
 use api::proto::identity::GetCapabilitiesRequest;
 use api::proto::identity::identity_client::IdentityClient;
 use futures::{Future, StreamExt};
-use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -24,6 +23,7 @@ use self::decide::{AfterFailure, MAX_RETRIES, RECHECK, after_failure, retry_poli
 use self::fence_clients::FenceClientsError;
 pub use self::roster::Roster;
 use crate::core::Core;
+use crate::core::action::Action;
 use crate::core::backoff::Backoff;
 use crate::core::clock::now_seconds;
 use crate::core::error::{Categorized, Category, kube_category};

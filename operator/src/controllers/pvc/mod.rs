@@ -18,7 +18,6 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -31,7 +30,9 @@ use crate::cache_ready::{Ready, Stopped};
 use crate::claim::Claim;
 use crate::compact::CsiPv;
 use crate::controllers::jobs::kinds::{KEY_ROTATION, RECLAIM_OFFLINE, RECLAIM_ONLINE};
+use crate::controllers::volume_health::decide::keep_checked;
 use crate::core::Core;
+use crate::core::action::Action;
 use crate::core::error::{Categorized, Category, kube_category};
 use crate::flags::SchedulePrecedence;
 use crate::pv_drivers::{self, PvDrivers};
@@ -51,14 +52,15 @@ fn keep_relevant(annotations: &mut BTreeMap<String, String>, keys: &[String]) {
 }
 
 /// What the controller needs of a PVC's metadata, the rest dropped before caching (memory at
-/// scale; the spec and status are decoded as little as `Claim` holds).
-fn trim_pvc(pvc: &mut Claim, keys: &[String]) {
+/// scale; the spec and status are decoded as little as `Claim` holds). With `volume_health`, the
+/// volume-health annotations too, each reduced to what the cleanup reads.
+fn trim_pvc(pvc: &mut Claim, keys: &[String], volume_health: bool) {
     let meta = &mut pvc.metadata;
     meta.managed_fields = None;
     meta.labels = None;
     meta.finalizers = None;
     if let Some(annotations) = meta.annotations.as_mut() {
-        keep_relevant(annotations, keys);
+        annotations.retain(|key, value| keys.contains(key) || (volume_health && keep_checked(key, value)));
     }
     // Most PVCs carry only annotations read by others (the binder's, the provisioner's).
     if meta.annotations.as_ref().is_some_and(BTreeMap::is_empty) {
@@ -136,15 +138,16 @@ pub(crate) struct Caches {
 /// cache too (a job's PVC and volume without a request).
 pub struct ClaimWatch {
     pub store: Store<Claim>,
-    ready: Ready,
+    pub ready: Ready,
     events: futures::stream::BoxStream<'static, Result<watcher::Event<Claim>, watcher::Error>>,
 }
 
-/// Every PVC, trimmed to what a pass reads (`Claim`, the annotations this controller reads).
-pub fn watch_claims(ctx: &Core) -> ClaimWatch {
+/// Every PVC, trimmed to what a pass reads (`Claim`, the annotations this controller reads), and
+/// with `volume_health` what the volume-health cleanup reads.
+pub fn watch_claims(ctx: &Core, volume_health: bool) -> ClaimWatch {
     let keys = relevant_keys();
     let (store, ready, events) =
-        crate::core::watch::cached_watch(ctx.watched::<Claim>(), move |pvc| trim_pvc(pvc, &keys));
+        crate::core::watch::cached_watch(ctx.watched::<Claim>(), move |pvc| trim_pvc(pvc, &keys, volume_health));
     ClaimWatch { store, ready, events: events.boxed() }
 }
 
@@ -460,27 +463,39 @@ mod tests {
 
     #[test]
     fn cached_pvcs_keep_only_what_scheduling_reads() {
-        let mut pvc: Claim = serde_json::from_value(json!({
+        let health = r#"{"state":"healthy","lastChecked":"2026-11-23T12:00:00Z","node":"n"}"#;
+        let pvc: Claim = serde_json::from_value(json!({
             "metadata": {"name": "p", "labels": {"a": "b"}, "annotations": {
-                "reclaimspace.csiaddons.openshift.io/schedule": "@daily", "unrelated": "x"}},
+                "reclaimspace.csiaddons.openshift.io/schedule": "@daily", "unrelated": "x",
+                "csiaddons.openshift.io/volumehealth.node-1": health}},
             "spec": {"storageClassName": "fast", "volumeName": "pv-1", "accessModes": ["ReadWriteOnce"]},
             "status": {"phase": "Bound", "accessModes": ["ReadWriteOnce"]},
         }))
         .unwrap();
-        trim_pvc(&mut pvc, &relevant_keys());
+        let trimmed = |volume_health| {
+            let mut pvc = pvc.clone();
+            trim_pvc(&mut pvc, &relevant_keys(), volume_health);
+            serde_json::to_value(&pvc).unwrap()
+        };
         assert_eq!(
-            serde_json::to_value(&pvc).unwrap(),
+            trimmed(false),
             json!({
                 "metadata": {"name": "p", "annotations": {"reclaimspace.csiaddons.openshift.io/schedule": "@daily"}},
                 "spec": {"storageClassName": "fast", "volumeName": "pv-1"},
                 "status": {"phase": "Bound"},
             })
         );
+        assert_eq!(
+            trimmed(true)["metadata"]["annotations"],
+            json!({"reclaimspace.csiaddons.openshift.io/schedule": "@daily",
+                   "csiaddons.openshift.io/volumehealth.node-1": "1795435200"}),
+            "with the cleanup on, a volume-health annotation is cached as its lastChecked"
+        );
         let mut bound: Claim = serde_json::from_value(json!({
             "metadata": {"name": "q", "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
         }))
         .unwrap();
-        trim_pvc(&mut bound, &relevant_keys());
+        trim_pvc(&mut bound, &relevant_keys(), true);
         assert_eq!(bound.metadata.annotations, None, "an emptied map is not kept");
     }
 

@@ -21,7 +21,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{ListParams, PostParams};
 use kube::core::{ParseExpressionError, PartialObjectMeta, Selector, SelectorExt};
 use kube::runtime::WatchStreamExt;
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
@@ -35,6 +34,7 @@ use crate::controllers::replication::{
 use crate::controllers::replication_class::{self, ClassError};
 use crate::controllers::volume_replication::source::{SourceError, csi_handle};
 use crate::core::Core;
+use crate::core::action::Action;
 use crate::core::backoff::Retrying;
 use crate::core::patch::patch_merge;
 use crate::core::status::set_condition;

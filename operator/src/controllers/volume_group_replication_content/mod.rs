@@ -10,7 +10,6 @@ use api::proto::internal::{CreateVolumeGroupRequest, DeleteVolumeGroupRequest, M
 use api::replication::{VolumeGroupReplication, VolumeGroupReplicationClass, VolumeGroupReplicationContent};
 use futures::Future;
 use kube::api::ListParams;
-use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -18,6 +17,7 @@ use crate::compact::CsiPv;
 use crate::controllers::replication::{CONTENT_NAME, DESTINATION_INFO, VGR_FINALIZER, VOLUME_GROUP};
 use crate::controllers::replication_class::{self, ClassError};
 use crate::core::Core;
+use crate::core::action::Action;
 use crate::core::backoff::Retrying;
 use crate::core::error::{Categorized, Category, kube_category};
 use crate::core::patch::patch_merge;

@@ -1,20 +1,32 @@
 //! Volume-health annotation cleanup: the sidecars' reporters write
 //! `csiaddons.openshift.io/volumehealth.<node uid>` on PVCs; a node that stopped checking (gone,
 //! or its sidecar no longer reporting) leaves a stale one, removed once its `lastChecked` is older
-//! than the threshold. Pure: which keys of one PVC to remove.
+//! than the threshold. Pure: what the PVC cache keeps of them, and which keys of one PVC to remove.
 use std::collections::BTreeMap;
 
 pub const PREFIX: &str = "csiaddons.openshift.io/volumehealth.";
 
-/// The volume-health keys of `annotations` to remove at `now` (seconds): those whose
-/// `lastChecked` is older than the threshold. A value that is not the reporter's JSON, or has no
-/// readable `lastChecked`, is kept, as upstream keeps it: it was not written by a reporter, so
-/// whoever wrote it owns it.
+/// Keeps a volume-health annotation in the PVC cache in the form `stale_keys` reads: its
+/// `lastChecked` in seconds (a few bytes where the reporter's JSON is some 150). False, and the
+/// key is not cached, for any other annotation and for a value without a readable `lastChecked`:
+/// such a value was not written by a reporter, so whoever wrote it owns it, as upstream keeps it.
+pub fn keep_checked(key: &str, value: &mut String) -> bool {
+    match last_checked(value).filter(|_| key.starts_with(PREFIX)) {
+        Some(checked) => {
+            *value = checked.to_string();
+            true
+        }
+        None => false,
+    }
+}
+
+/// The volume-health keys of a cached PVC's `annotations` (see `keep_checked`) to remove at `now`
+/// (seconds): those checked longer than the threshold ago.
 pub fn stale_keys(annotations: &BTreeMap<String, String>, now: i64, threshold_secs: i64) -> Vec<String> {
     annotations
         .iter()
         .filter(|(key, _)| key.starts_with(PREFIX))
-        .filter(|(_, value)| last_checked(value).is_some_and(|checked| now - checked > threshold_secs))
+        .filter(|(_, checked)| checked.parse::<i64>().is_ok_and(|checked| now - checked > threshold_secs))
         .map(|(key, _)| key.clone())
         .collect()
 }
@@ -45,7 +57,11 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        let mut stale = stale_keys(&annotations, now, 2 * 3600);
+        let mut cached = annotations.clone();
+        cached.retain(|key, value| keep_checked(key, value));
+        assert_eq!(cached.len(), 2, "only the reporter's values are cached: {cached:?}");
+        assert_eq!(cached[&format!("{PREFIX}fresh-uid")], "1795433400");
+        let mut stale = stale_keys(&cached, now, 2 * 3600);
         stale.sort();
         assert_eq!(stale, [format!("{PREFIX}stale-uid")], "a value that is not the reporter's is kept");
     }

@@ -1,33 +1,37 @@
 //! Removes stale volume-health annotations from PVCs when the manager starts leading and then
 //! every `volume-health-cleanup-interval` (leader only, as upstream); which keys are stale is
-//! decided by `decide`. With `--watch-namespace`, only that namespace's PVCs.
+//! decided by `decide`. The PVCs are read from the annotation controller's PVC cache, which keeps
+//! each volume-health annotation's `lastChecked` for this (`decide::keep_checked`): no list of
+//! every PVC per pass, whose decoded pages (managedFields and all) were most of the manager's
+//! peak memory at start. With `--watch-namespace`, only that namespace's PVCs, as the cache.
 pub mod decide;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
 use self::decide::stale_keys;
+use crate::cache_ready::Ready;
+use crate::claim::Claim;
 use crate::core::Core;
 use crate::core::clock::now_seconds;
 
-/// Metadata pages of this many PVCs keep the pass's memory flat at any scale.
-const PAGE: u32 = 500;
-
-pub async fn run(ctx: Arc<Core>, enabled: bool, mut stop: watch::Receiver<bool>) {
-    if !enabled {
-        return;
+/// Runs the cleanup on `claims` (the PVC cache, once it has its first full list) until `stop`.
+pub async fn run(ctx: Arc<Core>, claims: Store<Claim>, ready: Ready, mut stop: watch::Receiver<bool>) {
+    tokio::select! {
+        listed = ready.wait() => if listed.is_err() { return },
+        _ = stop.wait_for(|s| *s) => return,
     }
     loop {
         // The first pass at once, as upstream's worker does.
-        match clean(&ctx).await {
-            Ok(0) => {}
-            Ok(removed) => tracing::info!(removed, "stale volume-health annotations removed"),
-            Err(e) => tracing::warn!(error = %e, "volume-health cleanup failed; trying again next interval"),
+        match clean(&ctx, &claims).await {
+            0 => {}
+            removed => tracing::info!(removed, "stale volume-health annotations removed"),
         }
         let interval = ctx.settings().volume_health_cleanup_interval.max(Duration::from_secs(1));
         tokio::select! {
@@ -37,33 +41,26 @@ pub async fn run(ctx: Arc<Core>, enabled: bool, mut stop: watch::Receiver<bool>)
     }
 }
 
-/// One pass over every PVC; returns how many annotations were removed.
-pub async fn clean(ctx: &Core) -> Result<usize, kube::Error> {
-    let api = ctx.watched::<PersistentVolumeClaim>();
+/// One pass over every cached PVC; returns how many annotations were removed. A PVC whose patch
+/// fails is logged and tried again next interval.
+pub async fn clean(ctx: &Core, claims: &Store<Claim>) -> usize {
     let threshold = i64::try_from(ctx.settings().volume_health_stale_threshold.as_secs()).unwrap_or(i64::MAX);
-    let mut params = ListParams::default().limit(PAGE);
+    let now = now_seconds();
     let mut removed = 0;
-    loop {
-        let page = api.list_metadata(&params).await?;
-        let now = now_seconds();
-        for pvc in &page.items {
-            let stale = stale_keys(pvc.annotations(), now, threshold);
-            if stale.is_empty() {
-                continue;
-            }
-            let nulls: serde_json::Map<String, serde_json::Value> =
-                stale.iter().map(|k| (k.clone(), serde_json::Value::Null)).collect();
-            let patch = serde_json::json!({"metadata": {"annotations": nulls}});
-            let namespaced =
-                Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &pvc.namespace().unwrap_or_default());
-            match namespaced.patch(&pvc.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
-                Ok(_) => removed += stale.len(),
-                Err(e) => tracing::warn!(pvc = %pvc.name_any(), error = %e, "removing stale volume-health annotations"),
-            }
+    for pvc in claims.state() {
+        let stale = pvc.metadata.annotations.as_ref().map(|a| stale_keys(a, now, threshold)).unwrap_or_default();
+        if stale.is_empty() {
+            continue;
         }
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(removed),
+        let nulls: serde_json::Map<String, serde_json::Value> =
+            stale.iter().map(|k| (k.clone(), serde_json::Value::Null)).collect();
+        let patch = serde_json::json!({"metadata": {"annotations": nulls}});
+        let namespaced =
+            Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &pvc.namespace().unwrap_or_default());
+        match namespaced.patch_metadata(&pvc.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => removed += stale.len(),
+            Err(e) => tracing::warn!(pvc = %pvc.name_any(), error = %e, "removing stale volume-health annotations"),
         }
     }
+    removed
 }

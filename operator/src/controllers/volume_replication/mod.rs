@@ -16,7 +16,6 @@ use api::replication::{ObservedReplicationState, ReplicationState, VolumeReplica
 use futures::Future;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
-use kube::runtime::controller::Action;
 use serde_json::json;
 
 use self::decide::Call;
@@ -26,6 +25,7 @@ use crate::controllers::replication::{
 };
 use crate::controllers::replication_class::{self, ClassError};
 use crate::core::Core;
+use crate::core::action::Action;
 use crate::core::backoff::Retrying;
 use crate::core::status::set_condition;
 use crate::pool::Connection;
