@@ -12,6 +12,7 @@ pub mod patch;
 pub mod queue;
 pub mod read;
 pub mod run;
+pub mod slim;
 pub mod status;
 pub mod wakeups;
 pub mod watch;

@@ -28,19 +28,20 @@ use futures::{Stream, StreamExt};
 use kube::Resource;
 use kube::runtime::Controller;
 use kube::runtime::controller::{Action as KubeAction, Error as ControllerError};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
 use tokio::time::{Instant, Sleep};
 
 use super::action::Action;
 use super::lock::locked;
+use super::slim::{SlimStore, Slimmable};
 
 /// A queued object: `namespace/name`, or `name` for a cluster-scoped kind (neither part can hold
 /// a slash).
-type Key = Arc<str>;
+pub type Key = Arc<str>;
 
-fn key(namespace: Option<&str>, name: &str) -> Key {
+pub fn key(namespace: Option<&str>, name: &str) -> Key {
     match namespace {
         Some(namespace) => format!("{namespace}/{name}").into(),
         None => name.into(),
@@ -62,6 +63,10 @@ struct Shared {
     queued: HashSet<Key>,
     /// Handed to kube, pass not ended yet.
     handed: HashSet<Key>,
+    /// Taken from the queue while out: queued again, first, when its pass ends.
+    again: HashSet<Key>,
+    /// For a controller over a slim cache: lends kube the objects it is handed.
+    lender: Option<Box<dyn Lender>>,
     /// Keys asked for again later, by when: the earliest time asked per key, and those times in
     /// order (an entry whose time is no longer its key's is left to fall out when due).
     due: HashMap<Key, Instant>,
@@ -76,7 +81,8 @@ impl Shared {
     fn new() -> Self {
         let (waiting, queued, handed) = (VecDeque::new(), HashSet::new(), HashSet::new());
         let (due, later) = (HashMap::new(), BinaryHeap::new());
-        Shared { waiting, queued, handed, due, later, limit: 1, waker: None, depth: None }
+        let (again, lender) = (HashSet::new(), None);
+        Shared { waiting, queued, handed, again, lender, due, later, limit: 1, waker: None, depth: None }
     }
 
     fn push(&mut self, key: Key) {
@@ -90,24 +96,32 @@ impl Shared {
 
     fn show_depth(&self) {
         if let Some(depth) = &self.depth {
-            depth.set(i64::try_from(self.waiting.len()).unwrap_or(i64::MAX));
+            depth.set(i64::try_from(self.waiting.len() + self.again.len()).unwrap_or(i64::MAX));
         }
     }
 
-    /// The next key to hand to kube, if fewer than `limit` are out.
+    /// The next key to hand to kube, if fewer than `limit` are out. A key whose pass is out waits
+    /// for it to end (kube would hold it meanwhile, and a lent object must stay until then).
     fn pop(&mut self) -> Option<Key> {
-        if self.handed.len() >= self.limit {
-            return None;
+        while self.handed.len() < self.limit {
+            let key = self.waiting.pop_front()?;
+            self.queued.remove(&key);
+            if self.handed.contains(&key) {
+                self.again.insert(key);
+                continue;
+            }
+            self.show_depth();
+            self.handed.insert(Arc::clone(&key));
+            if self.waiting.is_empty() && self.waiting.capacity() > KEEP_CAPACITY {
+                self.waiting = VecDeque::new();
+                self.queued = HashSet::new();
+            }
+            if let Some(lender) = self.lender.as_mut() {
+                lender.lend(&key);
+            }
+            return Some(key);
         }
-        let key = self.waiting.pop_front()?;
-        self.queued.remove(&key);
-        self.show_depth();
-        self.handed.insert(Arc::clone(&key));
-        if self.waiting.is_empty() && self.waiting.capacity() > KEEP_CAPACITY {
-            self.waiting = VecDeque::new();
-            self.queued = HashSet::new();
-        }
-        Some(key)
+        None
     }
 
     /// `key` back into the queue at `at`, unless it is due sooner already.
@@ -142,6 +156,14 @@ impl Shared {
 
     fn passed(&mut self, key: &str) {
         if self.handed.remove(key) {
+            if let Some(lender) = self.lender.as_mut() {
+                lender.take_back(key);
+            }
+            if let Some(key) = self.again.take(key) {
+                self.due.remove(&key);
+                self.queued.insert(Arc::clone(&key));
+                self.waiting.push_front(key);
+            }
             if self.handed.is_empty() && self.handed.capacity() > KEEP_CAPACITY {
                 self.handed = HashSet::new();
             }
@@ -210,11 +232,56 @@ where
     /// kube's controller over `store`, its passes started through the queue, and the queue's
     /// handle, which sets how many kube may be handed at once and is told of each pass's end.
     pub fn controller(self, store: Store<K>) -> (Controller<K>, Front<K>) {
-        let shared = Arc::new(Mutex::new(Shared::new()));
+        self.build(store, None)
+    }
+
+    fn build(self, store: Store<K>, lender: Option<Box<dyn Lender>>) -> (Controller<K>, Front<K>) {
+        let shared = Arc::new(Mutex::new(Shared { lender, ..Shared::new() }));
         let feed = Feed { inputs: futures::stream::select_all(self.inputs), shared: Arc::clone(&shared), timer: None };
         let controller =
             Controller::for_stream(futures::stream::empty::<Result<K, watcher::Error>>(), store).reconcile_on(feed);
         (controller, Front { shared, kind: PhantomData })
+    }
+}
+
+impl<K: Slimmable> Triggers<K> {
+    /// kube's controller over a slim cache (see `controller`): kube's own store holds only the
+    /// objects it is handed, each rebuilt from `slim` as it is handed and dropped when its pass
+    /// ends. An object gone from `slim` by then is not lent, and its pass ends as "not in the
+    /// store", as one deleted meanwhile does.
+    pub fn slim_controller(self, slim: SlimStore<K>) -> (Controller<K>, Front<K>) {
+        let (store, mut writer) = reflector::store();
+        // Nothing to list: kube's controller waits for a complete first list.
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let lender = SlimLender { slim, store: store.clone(), writer };
+        self.build(store, Some(Box::new(lender)))
+    }
+}
+
+/// Lends kube's controller the objects it is handed (`Triggers::slim_controller`).
+trait Lender: Send {
+    fn lend(&mut self, key: &str);
+    fn take_back(&mut self, key: &str);
+}
+
+struct SlimLender<K: Slimmable> {
+    slim: SlimStore<K>,
+    store: Store<K>,
+    writer: Writer<K>,
+}
+
+impl<K: Slimmable> Lender for SlimLender<K> {
+    fn lend(&mut self, key: &str) {
+        if let Some(slim) = self.slim.get_key(key) {
+            self.writer.apply_watcher_event(&watcher::Event::Apply(slim.object()));
+        }
+    }
+
+    fn take_back(&mut self, key: &str) {
+        if let Some(lent) = self.store.get(&object_ref(key)) {
+            self.writer.apply_watcher_event(&watcher::Event::Delete(K::clone(&lent)));
+        }
     }
 }
 
@@ -431,6 +498,47 @@ mod tests {
         assert!(Pin::new(&mut feed).poll_next(&mut Context::from_waker(&waker)).is_pending(), "not due yet");
         let again = tokio::time::timeout(Duration::from_secs(30), feed.next()).await;
         assert_eq!(again, Ok(Some(ObjectRef::new("a").within("ns"))), "the timer brought it back");
+    }
+
+    #[test]
+    fn a_key_asked_for_while_its_pass_is_out_goes_first_once_it_ends() {
+        let mut queue = shared(3);
+        queue.push(key(Some("ns"), "a"));
+        assert_eq!(queue.pop().as_deref(), Some("ns/a"));
+        queue.push(key(Some("ns"), "a"));
+        queue.push(key(Some("ns"), "b"));
+        assert_eq!(queue.pop().as_deref(), Some("ns/b"), "a waits for its pass");
+        assert_eq!(queue.pop(), None);
+        queue.push(key(Some("ns"), "c"));
+        queue.passed("ns/a");
+        assert_eq!(queue.pop().as_deref(), Some("ns/a"));
+        assert_eq!(queue.pop().as_deref(), Some("ns/c"));
+    }
+
+    #[test]
+    fn kube_is_lent_each_object_of_a_slim_cache_it_is_handed_until_its_pass_ends() {
+        use super::super::slim::SlimWriter;
+        let (slim, mut slim_writer) = SlimWriter::<ConfigMap>::new();
+        let cached: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a", "namespace": "ns", "uid": "u-1"}, "data": {"k": "v"}}))
+        .unwrap();
+        slim_writer.apply(&watcher::Event::Apply(cached.clone()));
+        let (store, mut writer) = reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let lender = SlimLender { slim, store: store.clone(), writer };
+        let mut queue = Shared { limit: 2, lender: Some(Box::new(lender)), ..Shared::new() };
+        queue.push(key(Some("ns"), "a"));
+        queue.push(key(Some("ns"), "gone"));
+        assert!(store.state().is_empty(), "nothing lent before it is handed");
+        assert_eq!(queue.pop().as_deref(), Some("ns/a"));
+        let lent = store.get(&ObjectRef::new("a").within("ns")).expect("lent when handed");
+        assert_eq!(serde_json::to_value(lent.as_ref()).unwrap(), serde_json::to_value(&cached).unwrap());
+        assert_eq!(queue.pop().as_deref(), Some("ns/gone"));
+        assert_eq!(store.state().len(), 1, "an object not in the slim cache is not lent");
+        queue.passed("ns/a");
+        queue.passed("ns/gone");
+        assert!(store.state().is_empty(), "taken back when the pass ends");
     }
 
     #[test]

@@ -13,6 +13,7 @@ use kube::{Api, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::slim::{SlimStore, SlimWriter, Slimmable};
 use crate::cache_ready::{self, Ready};
 
 /// The namespaced CSI-Addons kinds the generic reconcilers (jobs, cron jobs) work on.
@@ -127,12 +128,13 @@ where
 /// on one by one, as kube's `applied_objects` does, every object created since the previous list
 /// would miss the store and never be reconciled. Those lists are passed on from the store once
 /// it holds them.
-pub fn changed_objects<K>(
+pub fn changed_objects<K, S>(
     events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-    store: Store<K>,
+    store: S,
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+    S: Listing<K>,
 {
     let mut listed_once = false;
     events.flat_map(move |event| {
@@ -142,7 +144,7 @@ where
             Ok(watcher::Event::InitApply(object)) if !listed_once => Some(Ok(object)),
             Ok(watcher::Event::InitDone) => {
                 if listed_once {
-                    relisted = store.state();
+                    relisted = store.objects();
                 }
                 listed_once = true;
                 None
@@ -153,6 +155,23 @@ where
         // Each relisted object is copied only as the controller takes it.
         futures::stream::iter(applied.into_iter().chain(relisted.into_iter().map(|object| Ok(K::clone(&object)))))
     })
+}
+
+/// A cache whose every object a relist passes on (`changed_objects`).
+pub trait Listing<K>: Send + 'static {
+    fn objects(&self) -> Vec<Arc<K>>;
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static> Listing<K> for Store<K> {
+    fn objects(&self) -> Vec<Arc<K>> {
+        self.state()
+    }
+}
+
+impl<K: Slimmable> Listing<K> for SlimStore<K> {
+    fn objects(&self) -> Vec<Arc<K>> {
+        self.state().iter().map(|slim| Arc::new(slim.object())).collect()
+    }
 }
 
 /// Every watch cache of the manager: `api` listed and watched (`list_and_watch`), each object
@@ -188,6 +207,24 @@ where
         })
         .reflect(writer),
     );
+    (store, ready, events)
+}
+
+/// A cached watch (see `cached_watch`) whose cache keeps each object slim (`core::slim`).
+pub fn slim_watch<K: Slimmable>(
+    api: Api<K>,
+    mut trim: impl FnMut(&mut K) + Send + 'static,
+) -> (SlimStore<K>, Ready, impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static) {
+    let (store, mut writer) = SlimWriter::new();
+    let trimmed = list_and_watch(api).default_backoff().modify(move |object| {
+        object.meta_mut().managed_fields = None;
+        trim(object);
+    });
+    let (ready, events) = cache_ready::track(trimmed.inspect(move |event| {
+        if let Ok(event) = event {
+            writer.apply(event);
+        }
+    }));
     (store, ready, events)
 }
 

@@ -9,12 +9,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use api::csiaddons::{
-    ConcurrencyPolicy, EncryptionKeyRotationCronJob, EncryptionKeyRotationJob, JobTemplateMetadata, OperationResult,
-    ReclaimSpaceCronJob, ReclaimSpaceJob,
+    ConcurrencyPolicy, CronJobStatus, EncryptionKeyRotationCronJob, EncryptionKeyRotationCronJobSpec,
+    EncryptionKeyRotationJob, JobTemplateMetadata, OperationResult, ReclaimSpaceCronJob, ReclaimSpaceCronJobSpec,
+    ReclaimSpaceJob,
 };
 use futures::{Future, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
-use kube::api::{DeleteParams, PostParams, PropagationPolicy};
+use kube::api::{DeleteParams, ObjectMeta, PostParams, PropagationPolicy};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -30,6 +31,7 @@ use crate::core::action::Action;
 use crate::core::clock::now_seconds;
 use crate::core::error::{Categorized, Category, kube_category};
 use crate::core::lock::locked;
+use crate::core::slim::{SlimStore, Slimmable};
 use crate::core::wakeups::Wakeups;
 use crate::schedule::Schedule;
 
@@ -66,7 +68,7 @@ impl Categorized for Error {
 pub const SCHEDULED_AT: &str = "csiaddons.openshift.io/scheduled-at";
 
 /// A cron job kind and the job kind it makes.
-pub trait CronKind: crate::core::watch::NamespacedKind {
+pub trait CronKind: crate::core::watch::NamespacedKind + Slimmable {
     type Job: JobKind;
     const CONTROLLER: &'static str;
     fn schedule(&self) -> &str;
@@ -101,7 +103,17 @@ fn outcome_of(result: Option<OperationResult>) -> Outcome {
 }
 
 macro_rules! cron_kind {
-    ($cron:ty, $job:ty, $controller:literal) => {
+    ($cron:ty, $spec:ty, $job:ty, $controller:literal) => {
+        impl Slimmable for $cron {
+            type Rest = ($spec, Option<CronJobStatus>);
+            fn split(self) -> (ObjectMeta, Self::Rest) {
+                (self.metadata, (self.spec, self.status))
+            }
+            fn join(metadata: ObjectMeta, (spec, status): &Self::Rest) -> Self {
+                Self { metadata, spec: spec.clone(), status: status.clone() }
+            }
+        }
+
         impl CronKind for $cron {
             type Job = $job;
             const CONTROLLER: &'static str = $controller;
@@ -151,8 +163,13 @@ macro_rules! cron_kind {
     };
 }
 
-cron_kind!(ReclaimSpaceCronJob, ReclaimSpaceJob, "reclaimspacecronjob");
-cron_kind!(EncryptionKeyRotationCronJob, EncryptionKeyRotationJob, "encryptionkeyrotationcronjob");
+cron_kind!(ReclaimSpaceCronJob, ReclaimSpaceCronJobSpec, ReclaimSpaceJob, "reclaimspacecronjob");
+cron_kind!(
+    EncryptionKeyRotationCronJob,
+    EncryptionKeyRotationCronJobSpec,
+    EncryptionKeyRotationJob,
+    "encryptionkeyrotationcronjob"
+);
 
 /// Which cached cron jobs the annotation controller manages (`csiaddons.openshift.io/state:
 /// managed`), by UID. That annotation is all that is read of a cached cron job's annotations, and
@@ -192,16 +209,16 @@ impl ManagedCrons {
 
 /// The watch of a cron kind, shared: the cron controller is driven by it, and the PVC controller
 /// reads the same cache (no second watch of every cron job) and hears, through `owners`, of
-/// every change or deletion of a cron job a PVC owns. Cached without annotations (`managed`
-/// says which are managed); a deleted cron job's wake-up goes.
+/// every change or deletion of a cron job a PVC owns. Cached slim (`core::slim`) and without
+/// annotations (`managed` says which are managed); a deleted cron job's wake-up goes.
 pub fn watch<C: CronKind>(
     ctx: &Core,
     owners: mpsc::UnboundedSender<ObjectRef<crate::claim::Claim>>,
     managed: ManagedCrons,
     wakeups: Wakeups,
-) -> (Store<C>, Ready, impl futures::Stream<Item = Result<C, watcher::Error>> + Send + 'static) {
+) -> (SlimStore<C>, Ready, impl futures::Stream<Item = Result<C, watcher::Error>> + Send + 'static) {
     let recorded = managed.clone();
-    let (store, ready, events) = crate::core::watch::cached_watch(ctx.watched::<C>(), move |cron: &mut C| {
+    let (store, ready, events) = crate::core::watch::slim_watch(ctx.watched::<C>(), move |cron: &mut C| {
         let meta = cron.meta_mut();
         let state = meta.annotations.take().and_then(|mut annotations| annotations.remove(STATE));
         recorded.record(meta.uid.as_deref().unwrap_or_default(), state.as_deref() == Some(MANAGED));
@@ -226,7 +243,7 @@ pub fn watch<C: CronKind>(
 
 pub async fn run<C: CronKind>(
     ctx: Arc<Core>,
-    store: Store<C>,
+    store: SlimStore<C>,
     ready: Ready,
     changes: impl futures::Stream<Item = Result<C, watcher::Error>> + Send + 'static,
     wakeups: Wakeups,
@@ -246,7 +263,7 @@ pub async fn run<C: CronKind>(
     ctx.caches.follow(C::CONTROLLER, ready);
     // Next runs come from `wakeups`, not from kube's scheduler (see `core::wakeups`).
     let controller =
-        crate::core::queue::Triggers::new(changes).owns(child_events).on(wakeups.due::<C>()).controller(store);
+        crate::core::queue::Triggers::new(changes).owns(child_events).on(wakeups.due::<C>()).slim_controller(store);
     crate::core::run::run_controller(controller, ctx, C::CONTROLLER, stop, move |cron, ctx| {
         reconcile::<C>(cron, ctx, (children.clone(), children_ready.clone()), wakeups.clone())
     })

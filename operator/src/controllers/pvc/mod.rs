@@ -32,6 +32,7 @@ use crate::compact::CsiPv;
 use crate::controllers::jobs::kinds::{KEY_ROTATION, RECLAIM_OFFLINE, RECLAIM_ONLINE};
 use crate::controllers::volume_health::decide::keep_checked;
 use crate::core::Core;
+use crate::core::slim::{SlimMeta, SlimStore};
 use crate::core::action::Action;
 use crate::core::error::{Categorized, Category, kube_category};
 use crate::flags::SchedulePrecedence;
@@ -113,8 +114,8 @@ impl Caches {
 /// annotations: `managed` says which cron jobs are marked managed.
 #[derive(Clone)]
 pub struct CronCaches {
-    pub reclaim: Store<ReclaimSpaceCronJob>,
-    pub rotation: Store<EncryptionKeyRotationCronJob>,
+    pub reclaim: SlimStore<ReclaimSpaceCronJob>,
+    pub rotation: SlimStore<EncryptionKeyRotationCronJob>,
     /// When each of the two has its first full list.
     pub ready: [Ready; 2],
     pub managed: crate::controllers::cron_jobs::ManagedCrons,
@@ -350,21 +351,21 @@ fn children(caches: &Caches, pvc: &Claim, feature: Feature) -> Vec<Child> {
     {
         candidates.push(named.clone());
     }
-    let child = |meta: &kube::api::ObjectMeta, name: String, schedule: &str| {
-        let owned = meta.owner_references.iter().flatten().any(|o| o.uid == uid && o.controller == Some(true));
-        let managed = caches.crons.managed.contains(meta.uid.as_deref().unwrap_or_default());
+    let child = |meta: &SlimMeta, name: String, schedule: &str| {
+        let owned = meta.owners.iter().any(|o| o.uid == uid && o.controller == Some(true));
+        let managed = caches.crons.managed.contains(&meta.uid);
         owned.then(|| Child { name, managed, schedule: schedule.to_owned() })
     };
     candidates
         .into_iter()
         .filter_map(|name| match feature {
             Feature::ReclaimSpace => {
-                let cron = caches.crons.reclaim.get(&ObjectRef::new(&name).within(&namespace))?;
-                child(&cron.metadata, name, &cron.spec.schedule)
+                let cron = caches.crons.reclaim.get(Some(&namespace), &name)?;
+                child(&cron.meta, name, &cron.rest.0.schedule)
             }
             Feature::KeyRotation => {
-                let cron = caches.crons.rotation.get(&ObjectRef::new(&name).within(&namespace))?;
-                child(&cron.metadata, name, &cron.spec.schedule)
+                let cron = caches.crons.rotation.get(Some(&namespace), &name)?;
+                child(&cron.meta, name, &cron.rest.0.schedule)
             }
         })
         .collect()
