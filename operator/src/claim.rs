@@ -6,6 +6,8 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
+use crate::core::slim::Slimmable;
+
 #[derive(kube::Resource, Clone, Debug, Default, Deserialize, Serialize)]
 #[resource(inherit = PersistentVolumeClaim)]
 pub struct Claim {
@@ -31,15 +33,52 @@ pub struct ClaimStatus {
     pub phase: Option<String>,
 }
 
-impl Claim {
+/// A PVC's class, volume and phase: what the slim PVC cache keeps beside the metadata
+/// (`core::slim`).
+#[derive(Clone, Debug, Default)]
+pub struct ClaimBody {
+    pub spec: Option<ClaimSpec>,
+    pub status: Option<ClaimStatus>,
+}
+
+fn storage_class(spec: Option<&ClaimSpec>) -> Option<&str> {
+    spec.and_then(|s| s.storage_class_name.as_deref())
+}
+
+fn bound_volume<'a>(spec: Option<&'a ClaimSpec>, status: Option<&ClaimStatus>) -> Option<&'a str> {
+    let bound = status.and_then(|s| s.phase.as_deref()) == Some("Bound");
+    spec.and_then(|s| s.volume_name.as_deref()).filter(|v| bound && !v.is_empty())
+}
+
+impl ClaimBody {
     pub fn storage_class(&self) -> Option<&str> {
-        self.spec.as_ref().and_then(|s| s.storage_class_name.as_deref())
+        storage_class(self.spec.as_ref())
     }
 
     /// The PV of a Bound PVC.
     pub fn bound_volume(&self) -> Option<&str> {
-        let bound = self.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
-        self.spec.as_ref().and_then(|s| s.volume_name.as_deref()).filter(|v| bound && !v.is_empty())
+        bound_volume(self.spec.as_ref(), self.status.as_ref())
+    }
+}
+
+impl Slimmable for Claim {
+    type Rest = ClaimBody;
+    fn split(self) -> (ObjectMeta, ClaimBody) {
+        (self.metadata, ClaimBody { spec: self.spec, status: self.status })
+    }
+    fn join(metadata: ObjectMeta, body: &ClaimBody) -> Self {
+        Claim { metadata, spec: body.spec.clone(), status: body.status.clone() }
+    }
+}
+
+impl Claim {
+    pub fn storage_class(&self) -> Option<&str> {
+        storage_class(self.spec.as_ref())
+    }
+
+    /// The PV of a Bound PVC.
+    pub fn bound_volume(&self) -> Option<&str> {
+        bound_volume(self.spec.as_ref(), self.status.as_ref())
     }
 }
 

@@ -265,3 +265,23 @@ async fn max_concurrent_reconciles_bounds_every_controller() {
         assert!(metrics.contains(&series), "{series} missing:\n{metrics}");
     }
 }
+
+/// PVCs annotated before the manager starts get their cron jobs from its first list: each PVC of
+/// that list is passed on as the watch delivers it, and the controller's cache holds it by then.
+#[tokio::test]
+async fn pvcs_annotated_before_the_manager_starts_get_their_cron_jobs() {
+    let cp = testenv::shared();
+    let client = cp.client().await.unwrap();
+    let namespace = cp.namespace(&client, "first-list").await.unwrap();
+    let annotations = json!({format!("{RECLAIM}/schedule"): "@weekly"});
+    let pvcs = ["data-0", "data-1", "data-2"];
+    for pvc in pvcs {
+        bound_pvc(&client, &namespace, pvc, "first-list.csi-addons-rs.io", None, annotations.clone()).await;
+    }
+    let manager = Manager::start(&namespace, cp.kubeconfig_path(), &[]);
+    let crons = crate::support::dynamic_api(&client, "ReclaimSpaceCronJob", &namespace);
+    for pvc in pvcs {
+        let name = format!("{pvc}-reclaimspace");
+        manager.eventually(&name, async |_| crons.get_opt(&name).await.unwrap().is_some()).await;
+    }
+}

@@ -35,18 +35,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::action::Action;
 use super::lock::locked;
-use super::slim::{SlimStore, Slimmable};
-
-/// A queued object: `namespace/name`, or `name` for a cluster-scoped kind (neither part can hold
-/// a slash).
-pub type Key = Arc<str>;
-
-pub fn key(namespace: Option<&str>, name: &str) -> Key {
-    match namespace {
-        Some(namespace) => format!("{namespace}/{name}").into(),
-        None => name.into(),
-    }
-}
+use super::slim::{Key, Listing, SlimStore, Slimmable, key};
 
 fn object_ref<K: Resource<DynamicType = ()>>(key: &str) -> ObjectRef<K> {
     match key.split_once('/') {
@@ -223,8 +212,8 @@ where
     }
 
     /// A pass for every object in `store` each time `trigger` fires.
-    pub fn all_on(mut self, trigger: impl Stream<Item = ()> + Send + 'static, store: Store<K>) -> Self {
-        let every = trigger.map(move |()| store.state().iter().map(|o| ObjectRef::from_obj(o.as_ref())).collect());
+    pub fn all_on(mut self, trigger: impl Stream<Item = ()> + Send + 'static, store: impl Listing<K>) -> Self {
+        let every = trigger.map(move |()| store.refs());
         self.inputs.push(every.boxed());
         self
     }

@@ -13,10 +13,47 @@ use std::sync::{Arc, RwLock};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::Resource;
 use kube::api::ObjectMeta;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
 
-use super::queue::{Key, key};
+/// An object in a slim cache and in a controller's queue: `namespace/name`, or `name` for a cluster-scoped kind (neither part can hold
+/// a slash).
+pub type Key = Arc<str>;
+
+pub fn key(namespace: Option<&str>, name: &str) -> Key {
+    match namespace {
+        Some(namespace) => format!("{namespace}/{name}").into(),
+        None => name.into(),
+    }
+}
+
+/// A cache whose every object a relist passes on (`changed_objects`).
+pub trait Listing<K: Resource>: Send + Sync + 'static {
+    fn objects(&self) -> Vec<Arc<K>>;
+    /// A reference to each cached object.
+    fn refs(&self) -> Vec<ObjectRef<K>>;
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static> Listing<K> for Store<K> {
+    fn objects(&self) -> Vec<Arc<K>> {
+        self.state()
+    }
+
+    fn refs(&self) -> Vec<ObjectRef<K>> {
+        self.state().iter().map(|object| ObjectRef::from_obj(object.as_ref())).collect()
+    }
+}
+
+impl<K: Slimmable> Listing<K> for SlimStore<K> {
+    fn objects(&self) -> Vec<Arc<K>> {
+        self.state().iter().map(|slim| Arc::new(slim.object())).collect()
+    }
+
+    fn refs(&self) -> Vec<ObjectRef<K>> {
+        self.state().iter().map(|slim| slim.meta.object_ref()).collect()
+    }
+}
 
 /// A kind a slim cache can keep: its metadata apart from the rest, and back.
 pub trait Slimmable:
@@ -81,6 +118,14 @@ impl SlimMeta {
 
     pub fn namespace(&self) -> Option<&str> {
         self.key.split_once('/').map(|(namespace, _)| namespace)
+    }
+
+    pub fn object_ref<K: Resource<DynamicType = ()>>(&self) -> ObjectRef<K> {
+        let name = ObjectRef::new(self.name());
+        match self.namespace() {
+            Some(namespace) => name.within(namespace),
+            None => name,
+        }
     }
 
     /// The metadata as kube's types hold it.
@@ -152,7 +197,10 @@ impl<K: Slimmable> SlimStore<K> {
 }
 
 /// Applies a watch's events to its slim cache. A relist builds a new map, swapped in whole when
-/// the list is complete (as kube's store does): until then readers see the previous one.
+/// the list is complete (as kube's store does): until then readers see the previous one. Into an
+/// empty cache (the first list) objects go as they come: the controller over it takes each as the
+/// watch passes it on, and the cache must hold it by then (readers that need the whole list wait
+/// for it to be ready).
 pub struct SlimWriter<K: Slimmable> {
     store: SlimStore<K>,
     listing: Option<Map<K>>,
@@ -183,15 +231,22 @@ impl<K: Slimmable> SlimWriter<K> {
                 let key = key(meta.namespace.as_deref(), meta.name.as_deref().unwrap_or_default());
                 self.write().remove(&key);
             }
-            watcher::Event::Init => self.listing = Some(HashMap::new()),
+            watcher::Event::Init => {
+                let empty = self.store.read().is_empty();
+                self.listing = (!empty).then(HashMap::new);
+            }
             watcher::Event::InitApply(object) => {
                 let (key, slim) = slim(object);
-                self.listing.get_or_insert_with(HashMap::new).insert(key, slim);
+                match self.listing.as_mut() {
+                    Some(listing) => listing.insert(key, slim),
+                    None => self.write().insert(key, slim),
+                };
             }
             watcher::Event::InitDone => {
-                let mut listed = self.listing.take().unwrap_or_default();
-                listed.shrink_to_fit();
-                *self.write() = listed;
+                if let Some(mut listed) = self.listing.take() {
+                    listed.shrink_to_fit();
+                    *self.write() = listed;
+                }
             }
         }
     }
@@ -238,12 +293,12 @@ mod tests {
     }
 
     #[test]
-    fn a_relist_replaces_the_cache_only_once_complete() {
+    fn the_first_list_goes_in_as_it_comes_and_a_relist_only_once_complete() {
         let (store, mut writer) = SlimWriter::<ConfigMap>::new();
         let named = |name: &str| config_map(json!({"metadata": {"name": name, "namespace": "ns"}}));
         writer.apply(&watcher::Event::Init);
         writer.apply(&watcher::Event::InitApply(named("a")));
-        assert!(store.state().is_empty(), "the first list is not complete");
+        assert!(store.get_key("ns/a").is_some(), "a controller takes it before the list ends");
         writer.apply(&watcher::Event::InitDone);
         writer.apply(&watcher::Event::Apply(named("b")));
         assert!(store.get(Some("ns"), "a").is_some() && store.get_key("ns/b").is_some());

@@ -13,7 +13,7 @@ use kube::{Api, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::slim::{SlimStore, SlimWriter, Slimmable};
+use super::slim::{Listing, SlimStore, SlimWriter, Slimmable};
 use crate::cache_ready::{self, Ready};
 
 /// The namespaced CSI-Addons kinds the generic reconcilers (jobs, cron jobs) work on.
@@ -155,23 +155,6 @@ where
         // Each relisted object is copied only as the controller takes it.
         futures::stream::iter(applied.into_iter().chain(relisted.into_iter().map(|object| Ok(K::clone(&object)))))
     })
-}
-
-/// A cache whose every object a relist passes on (`changed_objects`).
-pub trait Listing<K>: Send + 'static {
-    fn objects(&self) -> Vec<Arc<K>>;
-}
-
-impl<K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static> Listing<K> for Store<K> {
-    fn objects(&self) -> Vec<Arc<K>> {
-        self.state()
-    }
-}
-
-impl<K: Slimmable> Listing<K> for SlimStore<K> {
-    fn objects(&self) -> Vec<Arc<K>> {
-        self.state().iter().map(|slim| Arc::new(slim.object())).collect()
-    }
 }
 
 /// Every watch cache of the manager: `api` listed and watched (`list_and_watch`), each object

@@ -16,7 +16,7 @@ use api::csiaddons::OperationResult;
 use futures::{Future, StreamExt};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -33,6 +33,7 @@ use crate::core::clock::now_seconds;
 use crate::core::lock::locked;
 use crate::core::read::read_cached;
 use crate::core::run::Context;
+use crate::core::slim::SlimStore;
 use crate::core::status::{condition, set_condition};
 use crate::pool::LookupError;
 use crate::pv_drivers::PvDrivers;
@@ -119,7 +120,7 @@ pub type JobContext = Context<JobState>;
 #[derive(Clone)]
 pub struct VolumeCaches {
     pub attachments: Arc<Attachments>,
-    pub claims: Store<Claim>,
+    pub claims: SlimStore<Claim>,
     pub drivers: PvDrivers,
 }
 
@@ -127,8 +128,8 @@ impl VolumeCaches {
     /// The PV of `namespace/pvc` if the cache has it bound. Otherwise the PVC is read: the cache
     /// may not show it, or its bind, yet.
     fn bound_volume(&self, namespace: &str, pvc: &str) -> Option<String> {
-        let claim = self.claims.get(&ObjectRef::new(pvc).within(namespace))?;
-        claim.bound_volume().map(str::to_owned)
+        let claim = self.claims.get(Some(namespace), pvc)?;
+        claim.rest.bound_volume().map(str::to_owned)
     }
 
     /// The CSI driver of `pv` if the cache has it. A PV it does not know, or knows as not CSI, is

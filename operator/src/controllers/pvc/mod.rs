@@ -32,9 +32,9 @@ use crate::compact::CsiPv;
 use crate::controllers::jobs::kinds::{KEY_ROTATION, RECLAIM_OFFLINE, RECLAIM_ONLINE};
 use crate::controllers::volume_health::decide::keep_checked;
 use crate::core::Core;
-use crate::core::slim::{SlimMeta, SlimStore};
 use crate::core::action::Action;
 use crate::core::error::{Categorized, Category, kube_category};
+use crate::core::slim::{SlimMeta, SlimStore};
 use crate::flags::SchedulePrecedence;
 use crate::pv_drivers::{self, PvDrivers};
 
@@ -138,7 +138,7 @@ pub(crate) struct Caches {
 /// The PVC watch this controller runs on, made before it starts: the job controllers read its
 /// cache too (a job's PVC and volume without a request).
 pub struct ClaimWatch {
-    pub store: Store<Claim>,
+    pub store: SlimStore<Claim>,
     pub ready: Ready,
     events: futures::stream::BoxStream<'static, Result<watcher::Event<Claim>, watcher::Error>>,
 }
@@ -148,7 +148,7 @@ pub struct ClaimWatch {
 pub fn watch_claims(ctx: &Core, volume_health: bool) -> ClaimWatch {
     let keys = relevant_keys();
     let (store, ready, events) =
-        crate::core::watch::cached_watch(ctx.watched::<Claim>(), move |pvc| trim_pvc(pvc, &keys, volume_health));
+        crate::core::watch::slim_watch(ctx.watched::<Claim>(), move |pvc| trim_pvc(pvc, &keys, volume_health));
     ClaimWatch { store, ready, events: events.boxed() }
 }
 
@@ -208,9 +208,13 @@ pub async fn run(
                     .state()
                     .iter()
                     .filter(|p| {
-                        p.bound_volume().and_then(|pv| known_drivers.get(pv)).flatten().is_some_and(|d| *d == *driver)
+                        p.rest
+                            .bound_volume()
+                            .and_then(|pv| known_drivers.get(pv))
+                            .flatten()
+                            .is_some_and(|d| *d == *driver)
                     })
-                    .map(|p| ObjectRef::from_obj(p.as_ref()))
+                    .map(|p| p.meta.object_ref())
                     .collect();
                 futures::stream::iter(refs)
             });
@@ -236,8 +240,8 @@ pub async fn run(
             in_namespace
                 .state()
                 .iter()
-                .filter(|p| p.namespace().as_deref() == Some(name.as_str()))
-                .map(|p| ObjectRef::from_obj(p.as_ref()))
+                .filter(|p| p.meta.namespace() == Some(name.as_str()))
+                .map(|p| p.meta.object_ref())
                 .collect::<Vec<_>>()
         })
         .watches(sc_stream, move |sc: StorageClass| {
@@ -245,12 +249,12 @@ pub async fn run(
             of_class
                 .state()
                 .iter()
-                .filter(|p| p.storage_class() == Some(name.as_str()))
-                .map(|p| ObjectRef::from_obj(p.as_ref()))
+                .filter(|p| p.rest.storage_class() == Some(name.as_str()))
+                .map(|p| p.meta.object_ref())
                 .collect::<Vec<_>>()
         })
         .all_on(precedence_changes, all_pvcs)
-        .controller(pvcs);
+        .slim_controller(pvcs);
     crate::core::run::run_controller(controller, ctx, NAME, stop, move |pvc, ctx| reconcile(pvc, ctx, caches.clone()))
         .await;
 }

@@ -2,7 +2,6 @@
 //! `csiaddons.openshift.io/volumehealth.<node uid>` on PVCs; a node that stopped checking (gone,
 //! or its sidecar no longer reporting) leaves a stale one, removed once its `lastChecked` is older
 //! than the threshold. Pure: what the PVC cache keeps of them, and which keys of one PVC to remove.
-use std::collections::BTreeMap;
 
 pub const PREFIX: &str = "csiaddons.openshift.io/volumehealth.";
 
@@ -22,12 +21,16 @@ pub fn keep_checked(key: &str, value: &mut String) -> bool {
 
 /// The volume-health keys of a cached PVC's `annotations` (see `keep_checked`) to remove at `now`
 /// (seconds): those checked longer than the threshold ago.
-pub fn stale_keys(annotations: &BTreeMap<String, String>, now: i64, threshold_secs: i64) -> Vec<String> {
+pub fn stale_keys<'a>(
+    annotations: impl IntoIterator<Item = (&'a str, &'a str)>,
+    now: i64,
+    threshold_secs: i64,
+) -> Vec<String> {
     annotations
-        .iter()
+        .into_iter()
         .filter(|(key, _)| key.starts_with(PREFIX))
         .filter(|(_, checked)| checked.parse::<i64>().is_ok_and(|checked| now - checked > threshold_secs))
-        .map(|(key, _)| key.clone())
+        .map(|(key, _)| key.to_owned())
         .collect()
 }
 
@@ -40,6 +43,8 @@ fn last_checked(value: &str) -> Option<i64> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     #[test]
@@ -61,7 +66,7 @@ mod tests {
         cached.retain(|key, value| keep_checked(key, value));
         assert_eq!(cached.len(), 2, "only the reporter's values are cached: {cached:?}");
         assert_eq!(cached[&format!("{PREFIX}fresh-uid")], "1795433400");
-        let mut stale = stale_keys(&cached, now, 2 * 3600);
+        let mut stale = stale_keys(cached.iter().map(|(k, v)| (k.as_str(), v.as_str())), now, 2 * 3600);
         stale.sort();
         assert_eq!(stale, [format!("{PREFIX}stale-uid")], "a value that is not the reporter's is kept");
     }

@@ -10,9 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::Api;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::reflector::Store;
-use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
 use self::decide::stale_keys;
@@ -20,9 +19,10 @@ use crate::cache_ready::Ready;
 use crate::claim::Claim;
 use crate::core::Core;
 use crate::core::clock::now_seconds;
+use crate::core::slim::SlimStore;
 
 /// Runs the cleanup on `claims` (the PVC cache, once it has its first full list) until `stop`.
-pub async fn run(ctx: Arc<Core>, claims: Store<Claim>, ready: Ready, mut stop: watch::Receiver<bool>) {
+pub async fn run(ctx: Arc<Core>, claims: SlimStore<Claim>, ready: Ready, mut stop: watch::Receiver<bool>) {
     tokio::select! {
         listed = ready.wait() => if listed.is_err() { return },
         _ = stop.wait_for(|s| *s) => return,
@@ -43,12 +43,13 @@ pub async fn run(ctx: Arc<Core>, claims: Store<Claim>, ready: Ready, mut stop: w
 
 /// One pass over every cached PVC; returns how many annotations were removed. A PVC whose patch
 /// fails is logged and tried again next interval.
-pub async fn clean(ctx: &Core, claims: &Store<Claim>) -> usize {
+pub async fn clean(ctx: &Core, claims: &SlimStore<Claim>) -> usize {
     let threshold = i64::try_from(ctx.settings().volume_health_stale_threshold.as_secs()).unwrap_or(i64::MAX);
     let now = now_seconds();
     let mut removed = 0;
     for pvc in claims.state() {
-        let stale = pvc.metadata.annotations.as_ref().map(|a| stale_keys(a, now, threshold)).unwrap_or_default();
+        let annotations = pvc.meta.annotations.iter().map(|(key, value)| (&**key, &**value));
+        let stale = stale_keys(annotations, now, threshold);
         if stale.is_empty() {
             continue;
         }
@@ -56,10 +57,10 @@ pub async fn clean(ctx: &Core, claims: &Store<Claim>) -> usize {
             stale.iter().map(|k| (k.clone(), serde_json::Value::Null)).collect();
         let patch = serde_json::json!({"metadata": {"annotations": nulls}});
         let namespaced =
-            Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &pvc.namespace().unwrap_or_default());
-        match namespaced.patch_metadata(&pvc.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), pvc.meta.namespace().unwrap_or_default());
+        match namespaced.patch_metadata(pvc.meta.name(), &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(_) => removed += stale.len(),
-            Err(e) => tracing::warn!(pvc = %pvc.name_any(), error = %e, "removing stale volume-health annotations"),
+            Err(e) => tracing::warn!(pvc = %pvc.meta.name(), error = %e, "removing stale volume-health annotations"),
         }
     }
     removed
