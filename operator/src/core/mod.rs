@@ -13,6 +13,7 @@ pub mod queue;
 pub mod read;
 pub mod run;
 pub mod slim;
+pub mod slim_text;
 pub mod status;
 pub mod wakeups;
 pub mod watch;

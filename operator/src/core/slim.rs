@@ -10,12 +10,14 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 use kube::api::ObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
+
+use super::slim_text::{SlimOwner, SlimText};
 
 /// An object in a slim cache and in a controller's queue: `namespace/name`, or `name` for a cluster-scoped kind (neither part can hold
 /// a slash).
@@ -72,14 +74,14 @@ type Pairs = Box<[(Box<str>, Box<str>)]>;
 pub struct SlimMeta {
     /// `namespace/name`, or `name`; the cache's key too.
     pub key: Key,
-    pub uid: Box<str>,
-    pub resource_version: Box<str>,
+    pub uid: SlimText,
+    pub resource_version: SlimText,
     pub generation: Option<i64>,
     pub created: Option<Time>,
     pub deleting: Option<Time>,
     pub labels: Pairs,
     pub annotations: Pairs,
-    pub owners: Box<[OwnerReference]>,
+    pub owners: Box<[SlimOwner]>,
     pub finalizers: Box<[Box<str>]>,
 }
 
@@ -100,14 +102,14 @@ impl SlimMeta {
         let name = meta.name.unwrap_or_default();
         SlimMeta {
             key: key(meta.namespace.as_deref(), &name),
-            uid: meta.uid.unwrap_or_default().into_boxed_str(),
-            resource_version: meta.resource_version.unwrap_or_default().into_boxed_str(),
+            uid: SlimText::of(meta.uid.unwrap_or_default()),
+            resource_version: SlimText::of(meta.resource_version.unwrap_or_default()),
             generation: meta.generation,
             created: meta.creation_timestamp,
             deleting: meta.deletion_timestamp,
             labels: pairs(meta.labels),
             annotations: pairs(meta.annotations),
-            owners: meta.owner_references.unwrap_or_default().into_boxed_slice(),
+            owners: meta.owner_references.into_iter().flatten().map(SlimOwner::of).collect(),
             finalizers: meta.finalizers.into_iter().flatten().map(String::into_boxed_str).collect(),
         }
     }
@@ -133,14 +135,14 @@ impl SlimMeta {
         ObjectMeta {
             name: Some(self.name().to_owned()),
             namespace: self.namespace().map(str::to_owned),
-            uid: text(&self.uid),
-            resource_version: text(&self.resource_version),
+            uid: text(&self.uid.text()),
+            resource_version: text(&self.resource_version.text()),
             generation: self.generation,
             creation_timestamp: self.created.clone(),
             deletion_timestamp: self.deleting.clone(),
             labels: map(&self.labels),
             annotations: map(&self.annotations),
-            owner_references: (!self.owners.is_empty()).then(|| self.owners.to_vec()),
+            owner_references: (!self.owners.is_empty()).then(|| self.owners.iter().map(SlimOwner::reference).collect()),
             finalizers: (!self.finalizers.is_empty()).then(|| self.finalizers.iter().map(|f| f.to_string()).collect()),
             ..ObjectMeta::default()
         }

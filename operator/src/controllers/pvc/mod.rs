@@ -356,8 +356,8 @@ fn children(caches: &Caches, pvc: &Claim, feature: Feature) -> Vec<Child> {
         candidates.push(named.clone());
     }
     let child = |meta: &SlimMeta, name: String, schedule: &str| {
-        let owned = meta.owners.iter().any(|o| o.uid == uid && o.controller == Some(true));
-        let managed = caches.crons.managed.contains(&meta.uid);
+        let owned = meta.owners.iter().any(|o| o.uid.is(&uid) && o.controller == Some(true));
+        let managed = caches.crons.managed.contains(&meta.uid.text());
         owned.then(|| Child { name, managed, schedule: schedule.to_owned() })
     };
     candidates
