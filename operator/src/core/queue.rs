@@ -11,9 +11,9 @@
 //! pass runs now, and that later pass with it.
 //!
 //! Every request handed to kube ends in a pass result (a pass, a failed pass, or "not in the
-//! store" for an object gone meanwhile): kube merges a request for an object already queued or
-//! running into that one, which runs and ends too. So each handed key comes back through
-//! `Front::passed`, and the count of handed keys cannot stay full for good.
+//! store" for an object gone meanwhile), and a key is never handed again while its pass is out
+//! (asked for meanwhile, it goes first once that pass ends). So each handed key comes back
+//! through `Front::passed` once, and the count of handed keys cannot stay full for good.
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::future::Future as _;
@@ -150,8 +150,9 @@ impl Shared {
             }
             if let Some(key) = self.again.take(key) {
                 self.due.remove(&key);
-                self.queued.insert(Arc::clone(&key));
-                self.waiting.push_front(key);
+                if self.queued.insert(Arc::clone(&key)) {
+                    self.waiting.push_front(key);
+                }
             }
             if self.handed.is_empty() && self.handed.capacity() > KEEP_CAPACITY {
                 self.handed = HashSet::new();
@@ -498,10 +499,12 @@ mod tests {
         queue.push(key(Some("ns"), "b"));
         assert_eq!(queue.pop().as_deref(), Some("ns/b"), "a waits for its pass");
         assert_eq!(queue.pop(), None);
+        queue.push(key(Some("ns"), "a"));
         queue.push(key(Some("ns"), "c"));
         queue.passed("ns/a");
         assert_eq!(queue.pop().as_deref(), Some("ns/a"));
         assert_eq!(queue.pop().as_deref(), Some("ns/c"));
+        assert_eq!(queue.pop(), None, "a is handed once");
     }
 
     #[test]
