@@ -124,10 +124,10 @@ where
 /// A controller looks each object up in its store when a pass starts, and drops the pass when the
 /// store lacks it, as if the object had been deleted; nothing starts another. The first list's
 /// objects can go on one by one: over kube's store no pass starts until that list is complete (the
-/// controller waits for its store), and a slim cache takes its first list as it comes. A later list is swapped into the store only once it is complete: passed
-/// on one by one, as kube's `applied_objects` does, every object created since the previous list
-/// would miss the store and never be reconciled. Those lists are passed on from the store once
-/// it holds them.
+/// controller waits for its store), and a slim cache takes its first list as it comes. A later
+/// list is swapped into the store only once it is complete: passed on one by one, as kube's
+/// `applied_objects` does, every object created since the previous list would miss the store and
+/// never be reconciled. Those lists are passed on from the store once it holds them.
 pub fn changed_objects<K, S>(
     events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
     store: S,
