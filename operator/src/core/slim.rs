@@ -19,8 +19,8 @@ use serde::de::DeserializeOwned;
 
 use super::slim_text::{SlimOwner, SlimText};
 
-/// An object in a slim cache and in a controller's queue: `namespace/name`, or `name` for a cluster-scoped kind (neither part can hold
-/// a slash).
+/// An object in a slim cache and in a controller's queue: `namespace/name`, or `name` for a
+/// cluster-scoped kind (neither part can hold a slash).
 pub type Key = Arc<str>;
 
 pub fn key(namespace: Option<&str>, name: &str) -> Key {
@@ -30,7 +30,7 @@ pub fn key(namespace: Option<&str>, name: &str) -> Key {
     }
 }
 
-/// A cache whose every object a relist passes on (`changed_objects`).
+/// A cache a relist (`changed_objects`) or a pass for every object (`Triggers::all_on`) reads.
 pub trait Listing<K: Resource>: Send + Sync + 'static {
     fn objects(&self) -> Vec<Arc<K>>;
     /// A reference to each cached object.
