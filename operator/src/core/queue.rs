@@ -75,10 +75,18 @@ impl Shared {
     }
 
     fn push(&mut self, key: Key) {
-        // A pass now stands for any later one this key waited for.
+        self.enqueue(key, false);
+    }
+
+    /// Queues `key` once, last (or `first`). A pass now stands for any later one it waited for.
+    fn enqueue(&mut self, key: Key, first: bool) {
         self.due.remove(&key);
         if self.queued.insert(Arc::clone(&key)) {
-            self.waiting.push_back(key);
+            if first {
+                self.waiting.push_front(key);
+            } else {
+                self.waiting.push_back(key);
+            }
             self.show_depth();
         }
     }
@@ -149,10 +157,7 @@ impl Shared {
                 lender.take_back(key);
             }
             if let Some(key) = self.again.take(key) {
-                self.due.remove(&key);
-                if self.queued.insert(Arc::clone(&key)) {
-                    self.waiting.push_front(key);
-                }
+                self.enqueue(key, true);
             }
             if self.handed.is_empty() && self.handed.capacity() > KEEP_CAPACITY {
                 self.handed = HashSet::new();
@@ -298,7 +303,7 @@ impl<K: Resource<DynamicType = ()>> Front<K> {
     }
 
     /// Another pass of `object` after `after`, unless a request for it comes sooner.
-    pub fn later(&self, object: &K, after: Duration) {
+    fn later(&self, object: &K, after: Duration) {
         let meta = object.meta();
         let key = key(meta.namespace.as_deref(), meta.name.as_deref().unwrap_or_default());
         locked(&self.shared).push_at(key, Instant::now() + after);

@@ -174,7 +174,7 @@ where
 /// changes so that it is no longer kept comes out of the store as if deleted.
 pub fn cached_watch_where<K>(
     api: Api<K>,
-    mut trim: impl FnMut(&mut K) + Send + 'static,
+    trim: impl FnMut(&mut K) + Send + 'static,
     keep: fn(&K) -> bool,
 ) -> (Store<K>, Ready, impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static)
 where
@@ -183,27 +183,30 @@ where
     let (store, writer) = reflector::store();
     let kept =
         list_and_watch(api).default_backoff().filter_map(move |event| std::future::ready(kept_event(event, keep)));
-    let (ready, events) = cache_ready::track(
-        kept.modify(move |object| {
-            object.meta_mut().managed_fields = None;
-            trim(object);
-        })
-        .reflect(writer),
-    );
+    let (ready, events) = cache_ready::track(trimmed(kept, trim).reflect(writer));
     (store, ready, events)
+}
+
+/// `events` with each object's managedFields (most of its bytes, never read here) dropped and
+/// `trim` applied, before any cache keeps it.
+fn trimmed<K: Resource>(
+    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    mut trim: impl FnMut(&mut K),
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> {
+    events.modify(move |object| {
+        object.meta_mut().managed_fields = None;
+        trim(object);
+    })
 }
 
 /// A cached watch (see `cached_watch`) whose cache keeps each object slim (`core::slim`).
 pub fn slim_watch<K: Slimmable>(
     api: Api<K>,
-    mut trim: impl FnMut(&mut K) + Send + 'static,
+    trim: impl FnMut(&mut K) + Send + 'static,
 ) -> (SlimStore<K>, Ready, impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static) {
     let (store, mut writer) = SlimWriter::new();
-    let trimmed = list_and_watch(api).default_backoff().modify(move |object| {
-        object.meta_mut().managed_fields = None;
-        trim(object);
-    });
-    let (ready, events) = cache_ready::track(trimmed.inspect(move |event| {
+    let events = trimmed(list_and_watch(api).default_backoff(), trim);
+    let (ready, events) = cache_ready::track(events.inspect(move |event| {
         if let Ok(event) = event {
             writer.apply(event);
         }
