@@ -90,7 +90,8 @@ async fn throughput(build: Build, jobs: usize, dir: &std::path::Path) -> Through
     let started = Instant::now();
     rig::create_jobs(&client, &namespace, "bench", 0..jobs).await;
     let created = started.elapsed().as_secs_f64();
-    let outcome = rig::wait_finished(&client, &namespace, Duration::from_secs(1800), || manager.assert_running()).await;
+    let outcome =
+        rig::wait_finished(&client, &namespace, jobs, Duration::from_secs(1800), || manager.assert_running()).await;
     let seconds = started.elapsed().as_secs_f64();
     assert!(outcome.unfinished.is_empty(), "{} jobs unfinished after 30 min", outcome.unfinished.len());
     let log_text = manager.log_text();

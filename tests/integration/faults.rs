@@ -177,13 +177,14 @@ async fn run(fault: Fault) -> FaultRow {
     // Mid-batch: once the first job has a result, while the others run or wait.
     let in_flight = scene
         .until("the first job to finish", async |s| {
-            let unfinished = rig::outcome(&s.client, &s.namespace).await.unfinished.len();
-            (unfinished < first).then_some(unfinished + jobs - first)
+            let now = rig::outcome(&s.client, &s.namespace).await;
+            let unfinished = now.unfinished.len();
+            (now.seen() >= first && unfinished < first).then_some(unfinished + jobs - first)
         })
         .await;
     let struck = Instant::now();
     scene.strike(fault).await;
-    let outcome = rig::wait_finished(&scene.client, &scene.namespace, Duration::from_secs(300), || {
+    let outcome = rig::wait_finished(&scene.client, &scene.namespace, jobs, Duration::from_secs(300), || {
         scene.managers.iter_mut().for_each(|m| m.assert_running());
     })
     .await;
@@ -258,7 +259,7 @@ async fn faults_without_streamed_lists_the_manager_lists_in_pages() {
     // One manager (the fault only sets how many), started against the server without WatchList.
     let mut scene = Scene::new(Fault::KillManager, jobs).await;
     rig::create_jobs(&scene.client, &scene.namespace, "fault", 0..jobs).await;
-    let outcome = rig::wait_finished(&scene.client, &scene.namespace, 2 * MINUTE, || {
+    let outcome = rig::wait_finished(&scene.client, &scene.namespace, jobs, 2 * MINUTE, || {
         scene.managers.iter_mut().for_each(|m| m.assert_running());
     })
     .await;

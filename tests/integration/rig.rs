@@ -257,12 +257,32 @@ pub struct Outcome {
     pub unfinished: Vec<String>,
 }
 
-/// Every ReclaimSpaceJob of `namespace` by result.
+impl Outcome {
+    /// How many jobs the list held.
+    pub fn seen(&self) -> usize {
+        self.succeeded + self.failed.len() + self.unfinished.len()
+    }
+}
+
+/// Every ReclaimSpaceJob of `namespace` by result. A list the API server refuses is retried
+/// (every 500 ms, for up to a minute): just after a restart the server answers 429 until its
+/// cache of the kind is filled, and an empty outcome would read as "every job finished".
 pub async fn outcome(client: &kube::Client, namespace: &str) -> Outcome {
     let jobs = crate::manager_harness::dynamic(client, namespace, "ReclaimSpaceJob");
-    let mut outcome = Outcome::default();
+    let started = Instant::now();
     // From the API server's watch cache: polling must not load etcd while the managers work.
-    for job in jobs.list(&ListParams::default().match_any()).await.map(|l| l.items).unwrap_or_default() {
+    let listed = loop {
+        match jobs.list(&ListParams::default().match_any()).await {
+            Ok(list) => break list.items,
+            Err(error) if started.elapsed() < MINUTE => {
+                eprintln!("listing ReclaimSpaceJobs again: {error}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(error) => panic!("listing ReclaimSpaceJobs for a minute: {error}"),
+        }
+    };
+    let mut outcome = Outcome::default();
+    for job in listed {
         let name = job.metadata.name.clone().unwrap_or_default();
         match job.data.pointer("/status/result").and_then(|r| r.as_str()) {
             Some("Succeeded") => outcome.succeeded += 1,
@@ -289,14 +309,22 @@ pub async fn create_jobs(client: &kube::Client, namespace: &str, prefix: &str, r
         .await;
 }
 
-/// Polls every 500 ms until no job of `namespace` is unfinished or `limit` has passed; returns the
-/// last outcome. `tick` runs on every poll (to check that processes still run).
-pub async fn wait_finished(client: &kube::Client, namespace: &str, limit: Duration, mut tick: impl FnMut()) -> Outcome {
+/// Polls every 500 ms until all `jobs` jobs of `namespace` are listed and none is unfinished, or
+/// `limit` has passed; returns the last outcome. The count matters: a cache that has not caught up
+/// with the creates would otherwise look finished. `tick` runs on every poll (to check that
+/// processes still run).
+pub async fn wait_finished(
+    client: &kube::Client,
+    namespace: &str,
+    jobs: usize,
+    limit: Duration,
+    mut tick: impl FnMut(),
+) -> Outcome {
     let started = Instant::now();
     loop {
         tick();
         let now = outcome(client, namespace).await;
-        if now.unfinished.is_empty() || started.elapsed() > limit {
+        if (now.unfinished.is_empty() && now.seen() >= jobs) || started.elapsed() > limit {
             return now;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
