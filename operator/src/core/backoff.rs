@@ -14,6 +14,7 @@ use super::Core;
 use super::clock::now_seconds;
 use super::lock::locked;
 use super::run::Context;
+use super::slim::Listing;
 
 /// How long to wait after failures in a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,17 +132,16 @@ const PRUNE_EVERY: Duration = Duration::from_secs(300);
 
 /// Every few minutes while `ctx` lives, calls `prune` with the UIDs of the objects in `store`:
 /// what a controller remembers of an object deleted before it succeeded goes.
-pub fn prune_periodically<C, K>(ctx: Weak<C>, store: Store<K>, prune: fn(&C, &HashSet<String>))
+pub fn prune_periodically<C, K>(ctx: Weak<C>, store: impl Listing<K>, prune: fn(&C, &HashSet<String>))
 where
     C: Send + Sync + 'static,
-    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    K: Resource,
 {
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(PRUNE_EVERY).await;
             let Some(ctx) = ctx.upgrade() else { return };
-            let live: HashSet<String> = store.state().iter().filter_map(|o| o.meta().uid.clone()).collect();
-            prune(&ctx, &live);
+            prune(&ctx, &store.uids());
         }
     });
 }

@@ -7,7 +7,7 @@
 //! kube's controller still runs the passes, over a store of its own that holds only the objects
 //! handed to it (at most twice `max-concurrent-reconciles`): the queue rebuilds an object from
 //! its slim record when it hands it over, and drops it when its pass ends (`core::queue`).
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -35,6 +35,8 @@ pub trait Listing<K: Resource>: Send + Sync + 'static {
     fn objects(&self) -> Vec<Arc<K>>;
     /// A reference to each cached object.
     fn refs(&self) -> Vec<ObjectRef<K>>;
+    /// The UID of each cached object.
+    fn uids(&self) -> HashSet<String>;
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static> Listing<K> for Store<K> {
@@ -45,6 +47,10 @@ impl<K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static> Listing<K> f
     fn refs(&self) -> Vec<ObjectRef<K>> {
         self.state().iter().map(|object| ObjectRef::from_obj(object.as_ref())).collect()
     }
+
+    fn uids(&self) -> HashSet<String> {
+        self.state().iter().filter_map(|object| object.meta().uid.clone()).collect()
+    }
 }
 
 impl<K: Slimmable> Listing<K> for SlimStore<K> {
@@ -54,6 +60,10 @@ impl<K: Slimmable> Listing<K> for SlimStore<K> {
 
     fn refs(&self) -> Vec<ObjectRef<K>> {
         self.state().iter().map(|slim| slim.meta.object_ref()).collect()
+    }
+
+    fn uids(&self) -> HashSet<String> {
+        self.read().values().map(|slim| slim.meta.uid.text()).filter(|uid| !uid.is_empty()).collect()
     }
 }
 

@@ -2,7 +2,8 @@
 use std::time::Duration;
 
 use api::csiaddons::{
-    EncryptionKeyRotationJob, EncryptionKeyRotationJobStatus, ReclaimSpaceJob, ReclaimSpaceJobStatus,
+    EncryptionKeyRotationJob, EncryptionKeyRotationJobSpec, EncryptionKeyRotationJobStatus, ReclaimSpaceJob,
+    ReclaimSpaceJobSpec, ReclaimSpaceJobStatus,
 };
 use api::proto::internal::encryption_key_rotation_client::EncryptionKeyRotationClient;
 use api::proto::internal::reclaim_space_client::ReclaimSpaceClient;
@@ -11,6 +12,7 @@ use api::proto::internal::{EncryptionKeyRotateRequest, ReclaimSpaceRequest};
 use super::decide::{Limits, ReclaimCall, ReclaimSides, reclaim_plan, reclaimed_bytes};
 use super::{AttemptError, Done, JobKind, Volume};
 use crate::core::Core;
+use crate::core::slim::Slimmable;
 use crate::sidecar_client::with_timeout;
 
 /// `JobKind::keep_only_outcome` for a kind whose status is `$status` (both kinds share the fields).
@@ -25,6 +27,24 @@ macro_rules! keep_only_outcome {
         }
     };
 }
+
+/// A job kind's slim cache keeps its spec and status beside the compact metadata.
+macro_rules! slimmable_job {
+    ($job:ty, $spec:ty, $status:ty) => {
+        impl Slimmable for $job {
+            type Rest = ($spec, Option<$status>);
+            fn split(self) -> (kube::api::ObjectMeta, Self::Rest) {
+                (self.metadata, (self.spec, self.status))
+            }
+            fn join(metadata: kube::api::ObjectMeta, (spec, status): &Self::Rest) -> Self {
+                Self { metadata, spec: spec.clone(), status: status.clone() }
+            }
+        }
+    };
+}
+
+slimmable_job!(ReclaimSpaceJob, ReclaimSpaceJobSpec, ReclaimSpaceJobStatus);
+slimmable_job!(EncryptionKeyRotationJob, EncryptionKeyRotationJobSpec, EncryptionKeyRotationJobStatus);
 
 pub const RECLAIM_ONLINE: &str = "reclaim_space.ONLINE";
 pub const RECLAIM_OFFLINE: &str = "reclaim_space.OFFLINE";

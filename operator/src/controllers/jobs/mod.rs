@@ -157,7 +157,7 @@ pub struct JobState {
 }
 
 /// A one-shot job kind.
-pub trait JobKind: crate::core::watch::NamespacedKind {
+pub trait JobKind: crate::core::watch::NamespacedKind + crate::core::slim::Slimmable {
     /// controller-runtime's name for upstream's controller of this kind.
     const CONTROLLER: &'static str;
     const SUCCESS: &'static str;
@@ -202,13 +202,14 @@ pub async fn run<K: JobKind>(
     caches: VolumeCaches,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    // Cached as a pass reads them: no labels, annotations or owners; of a finished job only the
-    // outcome (finished jobs are kept for as long as they exist).
-    let (store, ready, changes) = crate::core::watch::trimmed_watch_with(core.watched::<K>(), |job: &mut K| {
+    // Cached slim (`core::slim`) and as a pass reads them: no labels, annotations or owners; of a
+    // finished job only the outcome (finished jobs are kept for as long as they exist).
+    let (store, ready, events) = crate::core::watch::slim_watch(core.watched::<K>(), |job: &mut K| {
         let meta = job.meta_mut();
         (meta.labels, meta.annotations, meta.owner_references) = (None, None, None);
         job.keep_only_outcome();
     });
+    let changes = crate::core::watch::changed_objects(events, store.clone());
     core.caches.follow(K::CONTROLLER, ready);
     let (shares, woken) = Shares::new(core.settings().max_concurrent_reconciles);
     let state = JobState {
@@ -228,7 +229,7 @@ pub async fn run<K: JobKind>(
     });
     // A job queued for its driver's share runs again as soon as a call of that driver ends.
     let woken = woken.map(|job| ObjectRef::<K>::new(&job.name).within(&job.namespace));
-    let controller = crate::core::queue::Triggers::new(changes).on(woken).controller(store);
+    let controller = crate::core::queue::Triggers::new(changes).on(woken).slim_controller(store);
     crate::core::run::run_controller(controller, ctx, K::CONTROLLER, stop, reconcile::<K>).await;
 }
 
