@@ -265,8 +265,8 @@ impl Outcome {
 }
 
 /// Every ReclaimSpaceJob of `namespace` by result. A list the API server refuses is retried
-/// (every 500 ms, for up to a minute): just after a restart the server answers 429 until its
-/// cache of the kind is filled, and an empty outcome would read as "every job finished".
+/// (every 500 ms, for up to a minute): just after a restart the server can answer 429 while its
+/// cache of the kind fills, and an empty outcome would read as "every job finished".
 pub async fn outcome(client: &kube::Client, namespace: &str) -> Outcome {
     let jobs = crate::manager_harness::dynamic(client, namespace, "ReclaimSpaceJob");
     let started = Instant::now();
