@@ -2,6 +2,7 @@
 //! TokenReview'd bearer token) to a recording driver: handles, attributes, Secrets read by
 //! reference, access modes, both staging-path forms, the publish path, and error codes.
 use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
 
 use api::proto::csi::v1 as csi;
 use api::proto::internal as pb;
@@ -10,6 +11,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, Pod, Secret};
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use sha2::Digest;
+use testenv::poll::MINUTE;
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -215,6 +217,48 @@ async fn the_staging_path_is_sent_only_where_the_driver_stages() {
     f.reclaim().node_reclaim_space(bearer(pb::ReclaimSpaceRequest { pv_name: pv }, &f.token)).await.unwrap();
     let sent: reclaimspace::NodeReclaimSpaceRequest = f.driver.last("node_reclaim_space");
     assert_eq!(sent.staging_target_path, format!("/staging/root/{DRIVER}/{}/globalmount", sha256_hex(&handle)));
+}
+
+/// A driver call that never answers holds up only itself: while the driver sits on a reclaim,
+/// the same sidecar still carries other calls to it (key rotation, fencing), and the held call
+/// answers once the driver does. Each other call is given 30 s, so a sidecar that queued calls
+/// behind the hung one fails here instead of hanging the suite.
+#[tokio::test]
+async fn a_hung_driver_call_leaves_the_sidecars_other_calls_answering() {
+    const HELD: &str = "controller_reclaim_space";
+    let f = fixture(true, true).await;
+    let secret = f.secret(&[("key", "fence-key")]).await;
+    let (pv, _) = f.pv(false, Some(&secret), "data").await;
+    f.driver.hold(HELD);
+    let held = tokio::spawn({
+        let (mut reclaim, request) = (f.reclaim(), bearer(pb::ReclaimSpaceRequest { pv_name: pv.clone() }, &f.token));
+        async move { reclaim.controller_reclaim_space(request).await }
+    });
+    let reached = testenv::poll::until(MINUTE, async || (f.driver.in_flight(HELD) == 1).then_some(())).await;
+    assert!(reached.is_some(), "the reclaim never reached the driver");
+
+    let bound = Duration::from_secs(30);
+    let mut rotation = pb::encryption_key_rotation_client::EncryptionKeyRotationClient::new(f.channel.clone());
+    let rotate = rotation.encryption_key_rotate(bearer(pb::EncryptionKeyRotateRequest { pv_name: pv }, &f.token));
+    let rotated = tokio::time::timeout(bound, rotate).await;
+    assert!(matches!(rotated, Ok(Ok(_))), "key rotation while a reclaim hangs: {rotated:?}");
+    let request = pb::NetworkFenceRequest {
+        parameters: HashMap::new(),
+        secret_name: secret,
+        secret_namespace: f.namespace.clone(),
+        cidrs: vec!["10.0.0.0/24".into()],
+    };
+    let mut fencing = pb::network_fence_client::NetworkFenceClient::new(f.channel.clone());
+    let fence = fencing.fence_cluster_network(bearer(request, &f.token));
+    let fenced = tokio::time::timeout(bound, fence).await;
+    assert!(matches!(fenced, Ok(Ok(_))), "fencing while a reclaim hangs: {fenced:?}");
+    assert_eq!(f.driver.in_flight(HELD), 1, "the reclaim still hangs in the driver");
+    assert!(!held.is_finished(), "the reclaim answered while the driver held it");
+
+    f.driver.release(HELD);
+    let answer = held.await.unwrap().unwrap().into_inner();
+    assert_eq!(answer.post_usage.map(|u| u.usage_bytes), Some(40));
+    assert_eq!(f.driver.count(HELD), 1);
 }
 
 #[tokio::test]
