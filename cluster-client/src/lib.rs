@@ -130,3 +130,7 @@ pub fn client_for(config: kube::Config, options: Options) -> Result<kube::Client
         .service(hyper);
     Ok(kube::Client::new(service, config.default_namespace))
 }
+
+#[cfg(test)]
+#[path = "retry_tests.rs"]
+mod retry_tests;
