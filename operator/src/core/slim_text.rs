@@ -70,6 +70,7 @@ impl SlimText {
         }
     }
 
+    #[cfg(test)]
     pub fn is(&self, text: &str) -> bool {
         *self == SlimText::of(text.to_owned())
     }

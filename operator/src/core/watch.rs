@@ -99,19 +99,7 @@ pub fn trimmed_watch<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
-    trimmed_watch_with(api, |_| {})
-}
-
-/// A trimmed watch (see `trimmed_watch`) that also applies `trim` to each object before it is
-/// cached: what a controller never reads need not be kept.
-pub fn trimmed_watch_with<K>(
-    api: Api<K>,
-    trim: impl FnMut(&mut K) + Send + 'static,
-) -> (Store<K>, Ready, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-{
-    let (store, ready, events) = cached_watch(api, trim);
+    let (store, ready, events) = cached_watch(api, |_| {});
     let changes = changed_objects(events, store.clone());
     (store, ready, changes)
 }

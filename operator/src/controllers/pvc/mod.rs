@@ -35,6 +35,7 @@ use crate::core::Core;
 use crate::core::action::Action;
 use crate::core::error::{Categorized, Category, kube_category};
 use crate::core::slim::{SlimMeta, SlimStore};
+use crate::core::slim_text::SlimText;
 use crate::flags::SchedulePrecedence;
 use crate::pv_drivers::{self, PvDrivers};
 
@@ -347,7 +348,8 @@ pub(crate) async fn reconcile(pvc: Arc<Claim>, ctx: Arc<Core>, caches: Caches) -
 /// caches. Ours have a deterministic name; upstream's default mode named its child in the PVC's
 /// `…/cronjob` annotation. Looked up by name: no scan of every cron job per pass.
 fn children(caches: &Caches, pvc: &Claim, feature: Feature) -> Vec<Child> {
-    let uid = pvc.uid().unwrap_or_default();
+    // In the form the slim caches hold owners' UIDs in, once.
+    let uid = SlimText::of(pvc.uid().unwrap_or_default());
     let namespace = pvc.namespace().unwrap_or_default();
     let mut candidates = vec![child_name(&pvc.name_any(), feature)];
     if let Some(named) = pvc.annotations().get(&feature.cronjob_key())
@@ -356,7 +358,7 @@ fn children(caches: &Caches, pvc: &Claim, feature: Feature) -> Vec<Child> {
         candidates.push(named.clone());
     }
     let child = |meta: &SlimMeta, name: String, schedule: &str| {
-        let owned = meta.owners.iter().any(|o| o.uid.is(&uid) && o.controller == Some(true));
+        let owned = meta.owners.iter().any(|o| o.uid == uid && o.controller == Some(true));
         let managed = caches.crons.managed.contains(&meta.uid.text());
         owned.then(|| Child { name, managed, schedule: schedule.to_owned() })
     };
