@@ -265,22 +265,20 @@ impl Outcome {
 }
 
 /// Every ReclaimSpaceJob of `namespace` by result. A list the API server refuses is retried
-/// (every 500 ms, for up to a minute): just after a restart the server can answer 429 while its
+/// (for up to a minute): just after a restart the server can answer 429 while its
 /// cache of the kind fills, and an empty outcome would read as "every job finished".
 pub async fn outcome(client: &kube::Client, namespace: &str) -> Outcome {
     let jobs = crate::manager_harness::dynamic(client, namespace, "ReclaimSpaceJob");
-    let started = Instant::now();
     // From the API server's watch cache: polling must not load etcd while the managers work.
-    let listed = loop {
-        match jobs.list(&ListParams::default().match_any()).await {
-            Ok(list) => break list.items,
-            Err(error) if started.elapsed() < MINUTE => {
-                eprintln!("listing ReclaimSpaceJobs again: {error}");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            Err(error) => panic!("listing ReclaimSpaceJobs for a minute: {error}"),
+    let listed = testenv::poll::until(MINUTE, async || match jobs.list(&ListParams::default().match_any()).await {
+        Ok(list) => Some(list.items),
+        Err(error) => {
+            eprintln!("listing ReclaimSpaceJobs again: {error}");
+            None
         }
-    };
+    })
+    .await
+    .unwrap_or_else(|| panic!("listing ReclaimSpaceJobs failed for a minute"));
     let mut outcome = Outcome::default();
     for job in listed {
         let name = job.metadata.name.clone().unwrap_or_default();
