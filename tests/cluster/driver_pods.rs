@@ -37,6 +37,18 @@ pub async fn connected_nodes(client: &Client) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Waits for the node plugin's and the controller plugin's sidecars to be Connected: until the
+/// controller plugin's sidecar has registered, the manager cannot know the driver reclaims space
+/// controller-side too, and reclaims node-side alone, as upstream does.
+pub async fn both_sidecars_connected(client: &Client) -> Vec<(String, String)> {
+    poll::until(poll::MINUTE, async || {
+        let nodes = connected_nodes(client).await;
+        (nodes.len() == 2).then_some(nodes)
+    })
+    .await
+    .expect("both sidecars' CSIAddonsNodes are Connected")
+}
+
 #[tokio::test]
 #[ignore = "needs the one-node cluster: make test-cluster"]
 async fn the_plugin_is_registered_and_every_sidecar_connected_through_its_pod() {
@@ -53,12 +65,7 @@ async fn the_plugin_is_registered_and_every_sidecar_connected_through_its_pod() 
     let mut plugin_pods = cluster::running_pods(&client, DRIVER_NAMESPACE, NODE_PLUGIN_SELECTOR).await;
     plugin_pods.extend(cluster::running_pods(&client, DRIVER_NAMESPACE, CONTROLLER_PLUGIN_SELECTOR).await);
     assert_eq!(plugin_pods.len(), 2, "one node plugin and one controller plugin run");
-    let connected = poll::until(poll::MINUTE, async || {
-        let nodes = connected_nodes(&client).await;
-        (nodes.len() == 2).then_some(nodes)
-    })
-    .await
-    .expect("both sidecars' CSIAddonsNodes are Connected");
+    let connected = both_sidecars_connected(&client).await;
     for pod in &plugin_pods {
         let endpoint = format!("pod://{}.{DRIVER_NAMESPACE}:9070", cluster::name(pod));
         assert!(connected.iter().any(|(_, e)| *e == endpoint), "{endpoint} in {connected:?}");
@@ -143,6 +150,8 @@ async fn a_workloads_volume_is_attached_staged_published_and_reclaimed() {
     let log = pods.logs("app", &Default::default()).await.unwrap_or_default();
     assert!(log.contains("16+0 records out"), "the workload wrote 16 MiB to its volume: {log}");
 
+    // Right after the install the controller plugin's sidecar may not have registered yet.
+    both_sidecars_connected(&client).await;
     let jobs = csiaddons(&client, "ReclaimSpaceJob", WORKLOADS);
     let job: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "csiaddons.openshift.io/v1alpha1", "kind": "ReclaimSpaceJob",
