@@ -1,6 +1,7 @@
 //! The hostile custom resources of `make test` (testenv's cases) in the one-node cluster, where the
 //! shipped manager Pods meet them with their own ServiceAccount: each is rejected at admission with
-//! a message, or ends Failed with one; meanwhile a manager Pod stays Ready and none restarts.
+//! a message (a fence of every address by the shipped admission policy), or ends Failed with one;
+//! meanwhile a manager Pod stays Ready and none restarts.
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -39,6 +40,12 @@ async fn hostile_crs_in_the_cluster_are_rejected_or_fail_and_the_manager_pods_st
     for line in &outcome.report {
         println!("{line}");
     }
+    // The release YAMLs' admission policy refuses a fence of every address before any manager sees it.
+    let everything = outcome.report.iter().find(|l| l.starts_with("fence of every address, not marked as meant:"));
+    assert!(
+        everything.is_some_and(|l| l.contains(": rejected (422)") && l.contains("csi-addons-network-fence-reach")),
+        "{everything:?}"
+    );
     testenv::hostile::delete_all(&client, NAMESPACE, &outcome).await;
     namespaces.delete(NAMESPACE, &DeleteParams::default()).await.unwrap();
 }

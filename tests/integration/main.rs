@@ -23,6 +23,7 @@ mod dropin_command_lines;
 mod e2e;
 mod election;
 mod faults;
+mod fence_admission;
 mod future_sizes;
 mod helm_chart;
 mod hostile_crs;

@@ -272,7 +272,7 @@ async fn an_invalid_fence_fails_in_upstreams_words_and_the_deprecated_inline_for
     let status = stage
         .fence_says(
             &fence,
-            "Failed to validate Networkfence parameters: cidr \"10.79.0.0/33\": prefix length \"33\" is not a number from 0 to 32",
+            "Failed to validate Networkfence parameters: cidr \"10.79.0.0/33\": prefix length \"33\" is not a number from 0 to 32 (digits alone, no leading zero)",
         )
         .await;
     assert_eq!(status["result"], "Failed", "{status}");

@@ -38,7 +38,12 @@ pub(crate) fn rendered() -> Vec<DynamicObject> {
 }
 
 /// The release YAMLs under deploy/controller/ with the overlay that renders each.
-const RELEASE: [(&str, &str); 3] = [("crds", "crds.yaml"), ("rbac", "rbac.yaml"), ("setup", "setup-controller.yaml")];
+const RELEASE: [(&str, &str); 4] = [
+    ("crds", "crds.yaml"),
+    ("rbac", "rbac.yaml"),
+    ("setup", "setup-controller.yaml"),
+    ("admission", "admission-policy.yaml"),
+];
 
 #[test]
 fn the_release_yamls_are_what_config_renders() {
@@ -72,7 +77,7 @@ fn the_driver_operators_release_yaml_is_what_its_config_renders() {
 
 /// Every name one object gives of another among `objects` resolves: a workload's ServiceAccount,
 /// Secrets and ConfigMaps (unless optional), a Service's and a NetworkPolicy's Pod selector, a
-/// binding's role and ServiceAccounts. The panic lists what does not.
+/// binding's role and ServiceAccounts, an admission policy binding's policy. The panic lists what does not.
 pub(crate) fn assert_references_resolve(what: &str, objects: &[DynamicObject]) {
     let has = |k: &str, namespace: Option<&str>, name: &str| {
         objects.iter().any(|o| {
@@ -142,6 +147,9 @@ pub(crate) fn assert_references_resolve(what: &str, objects: &[DynamicObject]) {
                     }
                 }
             }
+            "ValidatingAdmissionPolicyBinding" => {
+                need("ValidatingAdmissionPolicy", None, object.data["spec"]["policyName"].as_str().unwrap_or_default());
+            }
             _ => {}
         }
     }
@@ -151,7 +159,7 @@ pub(crate) fn assert_references_resolve(what: &str, objects: &[DynamicObject]) {
 #[test]
 fn every_reference_resolves_in_config_default_and_across_the_release_yamls() {
     assert_references_resolve("config/default", &rendered());
-    // The three release files are applied together: references may cross them, not leave them.
+    // The release files are applied together: references may cross them, not leave them.
     let release: Vec<DynamicObject> = RELEASE
         .iter()
         .flat_map(|(_, file)| objects(&std::fs::read_to_string(root().join("deploy/controller").join(file)).unwrap()))
@@ -178,7 +186,16 @@ async fn config_default_renders_a_locked_down_manager_that_the_api_server_accept
     for (k, n) in [("Namespace", 1), ("ServiceAccount", 1), ("ClusterRole", 4), ("ClusterRoleBinding", 1)] {
         assert_eq!(count(k), n, "{k}");
     }
-    for k in ["Role", "RoleBinding", "Service", "Deployment", "NetworkPolicy", "PodDisruptionBudget"] {
+    for k in [
+        "Role",
+        "RoleBinding",
+        "Service",
+        "Deployment",
+        "NetworkPolicy",
+        "PodDisruptionBudget",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ] {
         assert_eq!(count(k), 1, "{k}");
     }
     for object in objects.iter().filter(|o| kind(o) != "CustomResourceDefinition") {

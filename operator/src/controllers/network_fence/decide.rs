@@ -41,7 +41,7 @@ pub enum InvalidSpec {
 pub enum CidrError {
     #[error("{0:?} is not an IP address")]
     NotAnAddress(String),
-    #[error("prefix length {length:?} is not a number from 0 to {max}")]
+    #[error("prefix length {length:?} is not a number from 0 to {max} (digits alone, no leading zero)")]
     PrefixLength { length: String, max: u8 },
 }
 
@@ -80,7 +80,9 @@ pub fn check_reach(spec: &NetworkFenceSpec, annotations: &BTreeMap<String, Strin
     if spec.fence_state != FenceState::Fenced || meant {
         return Ok(());
     }
-    let everything = |cidr: &&String| cidr.split_once('/').is_some_and(|(_, length)| length.trim() == "0");
+    // The same test as the admission policy's (`endsWith('/0')`): `validate` admits no other way
+    // of writing a prefix length of 0.
+    let everything = |cidr: &&String| cidr.ends_with("/0");
     match spec.cidrs.iter().find(everything) {
         Some(cidr) => Err(FencesEverything { cidr: cidr.clone() }),
         None => Ok(()),
@@ -95,13 +97,23 @@ fn check_cidr(cidr: &str) -> Result<(), CidrError> {
     };
     let ip: IpAddr = address.parse().map_err(|_| CidrError::NotAnAddress(address.to_owned()))?;
     let max = if ip.is_ipv4() { 32 } else { 128 };
-    if let Some(length) = length {
-        match length.parse::<u8>() {
-            Ok(n) if n <= max => {}
-            _ => return Err(CidrError::PrefixLength { length: length.to_owned(), max }),
-        }
+    if let Some(length) = length
+        && prefix_length(length).is_none_or(|n| n > max)
+    {
+        return Err(CidrError::PrefixLength { length: length.to_owned(), max });
     }
     Ok(())
+}
+
+/// A prefix length written as Go's `netip.ParsePrefix` (and so the drivers) reads it: decimal
+/// digits without a sign or a leading zero. Rust's own parse would also take `+0` and `00`, other
+/// spellings of 0 that the admission policy's test for a fence of every address would not see.
+fn prefix_length(length: &str) -> Option<u8> {
+    let digits = !length.is_empty() && length.bytes().all(|b| b.is_ascii_digit());
+    if !digits || (length.len() > 1 && length.starts_with('0')) {
+        return None;
+    }
+    length.parse().ok()
 }
 
 /// The fields of the deprecated inline form a spec uses (a class is the supported way).
@@ -214,6 +226,12 @@ mod tests {
         assert!(err(spec(Some("c"), None, &["node-1/24"])).contains("\"node-1\" is not an IP address"));
         assert!(err(spec(Some("c"), None, &["fd00::/129"])).contains("from 0 to 128"));
         assert!(err(spec(Some("c"), None, &["10.0.0.0/"])).contains("prefix length"));
+        // Other spellings of a prefix length, 0 among them, that would slip past the test for a
+        // fence of every address.
+        for odd in ["0.0.0.0/00", "0.0.0.0/+0", "::/-0", "10.0.0.0/08", "10.0.0.0/ 8", "10.0.0.0/8 "] {
+            assert!(err(spec(Some("c"), None, &[odd])).contains("no leading zero"), "{odd}");
+        }
+        assert_eq!(validate(&spec(Some("c"), None, &["0.0.0.0/0", "10.0.0.0/10", "fd00::/128"])), Ok(()));
     }
 
     #[test]

@@ -1,0 +1,148 @@
+//! The shipped admission policy (deploy/controller/admission-policy.yaml) on the real API server: a
+//! NetworkFence of every address is refused at once, in the manager's words, unless an annotation
+//! says it is meant; unfencing, other fences, and updates that leave a fence as it was are admitted.
+//!
+//! The binary's control plane is shared, and other suites show the manager's own refusal of such a
+//! fence (it ends Failed): the policy is bound here only to fences with this test's label.
+use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind, Status};
+use serde_json::{Value, json};
+
+use crate::packaging::{kind, objects, root};
+use crate::support::{dynamic_api, object, unique};
+
+const LABEL: &str = "fence-admission-test";
+const MEANT: &str = "csi-addons-rs.io/fence-everything";
+/// A driver no sidecar serves: the managers of other suites never fence (nor hold) these objects.
+const DRIVER: &str = "admission.test.csi-addons-rs.io";
+
+fn fence(name: &str, cidrs: &[&str], state: &str, annotation: Option<&str>) -> DynamicObject {
+    let mut fence = object(
+        "NetworkFence",
+        name,
+        json!({"driver": DRIVER, "cidrs": cidrs, "fenceState": state, "secret": {"name": "s", "namespace": "n"}}),
+    );
+    fence.metadata.labels = Some([(LABEL.to_owned(), "true".to_owned())].into());
+    if let Some(value) = annotation {
+        fence.metadata.annotations = Some([(MEANT.to_owned(), value.to_owned())].into());
+    }
+    fence
+}
+
+fn admission_api(client: &Client, kind: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
+    let plural = match kind {
+        "ValidatingAdmissionPolicy" => "validatingadmissionpolicies",
+        _ => "validatingadmissionpolicybindings",
+    };
+    Api::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, plural))
+}
+
+/// Applies the policy as shipped, and its binding as shipped but limited to this test's fences;
+/// gives the test binding's name.
+async fn install_policy(client: &Client) -> String {
+    let text = std::fs::read_to_string(root().join("deploy/controller/admission-policy.yaml")).unwrap();
+    let shipped = objects(&text);
+    let kinds: Vec<&str> = shipped.iter().map(kind).collect();
+    assert_eq!(kinds, ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]);
+    let (policy, binding) = (&shipped[0], &shipped[1]);
+    let policy_name = policy.metadata.name.clone().unwrap();
+    assert_eq!((&policy.metadata.namespace, &binding.metadata.namespace), (&None, &None), "cluster-scoped");
+    // Bound to every NetworkFence, denying: nothing in the shipped binding narrows the policy.
+    assert_eq!(binding.data["spec"], json!({"policyName": policy_name, "validationActions": ["Deny"]}));
+
+    let apply = PatchParams::apply("fence-admission-test").force();
+    admission_api(client, "ValidatingAdmissionPolicy")
+        .patch(&policy_name, &apply, &Patch::Apply(policy))
+        .await
+        .unwrap();
+    let mut test_binding = binding.clone();
+    let binding_name = unique("fence-admission-test");
+    test_binding.metadata.name = Some(binding_name.clone());
+    test_binding.data["spec"]["matchResources"] = json!({"objectSelector": {"matchLabels": {LABEL: "true"}}});
+    let bindings = admission_api(client, "ValidatingAdmissionPolicyBinding");
+    bindings.patch(&binding_name, &apply, &Patch::Apply(&test_binding)).await.unwrap();
+    binding_name
+}
+
+/// A server-side dry-run create: admission runs, nothing is stored.
+async fn try_create(fences: &Api<DynamicObject>, fence: &DynamicObject) -> Result<(), Box<Status>> {
+    let dry_run = PostParams { dry_run: true, ..Default::default() };
+    match fences.create(&dry_run, fence).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) => Err(status),
+        Err(other) => panic!("create: {other}"),
+    }
+}
+
+async fn try_patch(fences: &Api<DynamicObject>, name: &str, patch: Value) -> Result<(), Box<Status>> {
+    match fences.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) => Err(status),
+        Err(other) => panic!("patch: {other}"),
+    }
+}
+
+fn assert_refused(result: Result<(), Box<Status>>, cidr: &str, what: &str) {
+    let status = result.err().unwrap_or_else(|| panic!("{what}: admitted"));
+    assert_eq!(status.code, 422, "{what}: {status:?}");
+    let said = format!("cidr \"{cidr}\" fences every address, every node of the cluster included");
+    assert!(status.message.contains(&said), "{what}: {}", status.message);
+    assert!(status.message.contains(&format!("{MEANT}: \"true\"")), "{what}: {}", status.message);
+}
+
+#[tokio::test]
+async fn a_fence_of_every_address_is_refused_at_admission_unless_marked_as_meant() {
+    let client = testenv::shared().client().await.unwrap();
+    let binding = install_policy(&client).await;
+    let fences = dynamic_api(&client, "NetworkFence", "");
+
+    // The API server takes a moment to start enforcing a new policy.
+    let everything = fence(&unique("fence-all"), &["10.0.0.1/32", "0.0.0.0/0"], "Fenced", None);
+    let enforced =
+        testenv::poll::until(testenv::poll::MINUTE, async || try_create(&fences, &everything).await.err()).await;
+    assert_refused(enforced.map_or(Ok(()), Err), "0.0.0.0/0", "0.0.0.0/0");
+    let v6 = fence(&unique("fence-all6"), &["::/0"], "Fenced", None);
+    assert_refused(try_create(&fences, &v6).await, "::/0", "::/0");
+    let not_true = fence(&unique("fence-yes"), &["0.0.0.0/0"], "Fenced", Some("yes"));
+    assert_refused(try_create(&fences, &not_true).await, "0.0.0.0/0", "annotation \"yes\"");
+
+    for (what, admitted) in [
+        ("marked as meant", fence(&unique("fence-meant"), &["0.0.0.0/0"], "Fenced", Some("true"))),
+        ("unfencing every address", fence(&unique("fence-unfence"), &["0.0.0.0/0", "::/0"], "Unfenced", None)),
+        ("a /8 and a /64", fence(&unique("fence-some"), &["10.0.0.0/8", "fd00::/64"], "Fenced", None)),
+    ] {
+        assert_eq!(try_create(&fences, &admitted).await.map_err(|s| s.message), Ok(()), "{what}");
+    }
+
+    // Updates. A fence of every address, marked as meant, keeps its mark.
+    let meant = unique("fence-kept");
+    fences.create(&PostParams::default(), &fence(&meant, &["0.0.0.0/0"], "Fenced", Some("true"))).await.unwrap();
+    let unmark = json!({"metadata": {"annotations": {MEANT: null}}});
+    assert_refused(try_patch(&fences, &meant, unmark.clone()).await, "0.0.0.0/0", "the mark taken away");
+    assert_eq!(
+        try_patch(&fences, &meant, json!({"metadata": {"labels": {"other": "x"}}})).await.map_err(|s| s.message),
+        Ok(())
+    );
+    // Unfenced, the mark may go.
+    let unfence = json!({"metadata": {"annotations": {MEANT: null}}, "spec": {"fenceState": "Unfenced"}});
+    assert_eq!(try_patch(&fences, &meant, unfence).await.map_err(|s| s.message), Ok(()), "unfenced, unmarked");
+
+    // A fence admitted before the policy applied to it (here: before it had the label) may be
+    // labelled, or have its finalizers removed, while its spec stays; widening it is refused.
+    let older = unique("fence-older");
+    let mut unlabelled = fence(&older, &["0.0.0.0/0"], "Fenced", None);
+    unlabelled.metadata.labels = None;
+    fences.create(&PostParams::default(), &unlabelled).await.unwrap();
+    let label = json!({"metadata": {"labels": {LABEL: "true"}}});
+    assert_eq!(try_patch(&fences, &older, label).await.map_err(|s| s.message), Ok(()), "labelled as it is");
+    let widen = json!({"spec": {"cidrs": ["0.0.0.0/0", "::/0"]}});
+    assert_refused(try_patch(&fences, &older, widen).await, "0.0.0.0/0", "its CIDRs changed");
+
+    for name in [&meant, &older] {
+        fences.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    let bindings = admission_api(&client, "ValidatingAdmissionPolicyBinding");
+    bindings.delete(&binding, &DeleteParams::default()).await.unwrap();
+}
