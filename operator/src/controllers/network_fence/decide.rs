@@ -105,9 +105,10 @@ fn check_cidr(cidr: &str) -> Result<(), CidrError> {
     Ok(())
 }
 
-/// A prefix length written as Go's `netip.ParsePrefix` (and so the drivers) reads it: decimal
-/// digits without a sign or a leading zero. Rust's own parse would also take `+0` and `00`, other
-/// spellings of 0 that the admission policy's test for a fence of every address would not see.
+/// A prefix length written as Go's `netip.ParsePrefix` accepts it: decimal digits without a sign
+/// or a leading zero, which every driver's parser reads alike. Rust's own parse would also take
+/// `+0`, and Go's older `net.ParseCIDR` `00`: other spellings of 0 that the admission policy's test
+/// for a fence of every address would not see.
 fn prefix_length(length: &str) -> Option<u8> {
     let digits = !length.is_empty() && length.bytes().all(|b| b.is_ascii_digit());
     if !digits || (length.len() > 1 && length.starts_with('0')) {
