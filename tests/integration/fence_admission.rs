@@ -120,7 +120,7 @@ async fn a_fence_of_every_address_is_refused_at_admission_unless_marked_as_meant
     let meant = unique("fence-kept");
     fences.create(&PostParams::default(), &fence(&meant, &["0.0.0.0/0"], "Fenced", Some("true"))).await.unwrap();
     let unmark = json!({"metadata": {"annotations": {MEANT: null}}});
-    assert_refused(try_patch(&fences, &meant, unmark.clone()).await, "0.0.0.0/0", "the mark taken away");
+    assert_refused(try_patch(&fences, &meant, unmark).await, "0.0.0.0/0", "the mark taken away");
     assert_eq!(
         try_patch(&fences, &meant, json!({"metadata": {"labels": {"other": "x"}}})).await.map_err(|s| s.message),
         Ok(())
