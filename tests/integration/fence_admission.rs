@@ -4,13 +4,13 @@
 //!
 //! The binary's control plane is shared, and other suites show the manager's own refusal of such a
 //! fence (it ends Failed): the policy is bound here only to fences with this test's label.
+use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind, Status};
 use serde_json::{Value, json};
 
 use crate::packaging::{kind, objects, root};
-use crate::support::{dynamic_api, object, unique};
+use crate::support::{dynamic_api, invalid_message, object, unique};
 
 const LABEL: &str = "fence-admission-test";
 const MEANT: &str = "csi-addons-rs.io/fence-everything";
@@ -30,15 +30,6 @@ fn fence(name: &str, cidrs: &[&str], state: &str, annotation: Option<&str>) -> D
     fence
 }
 
-fn admission_api(client: &Client, kind: &str) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
-    let plural = match kind {
-        "ValidatingAdmissionPolicy" => "validatingadmissionpolicies",
-        _ => "validatingadmissionpolicybindings",
-    };
-    Api::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, plural))
-}
-
 /// Applies the policy as shipped, and its binding as shipped but limited to this test's fences;
 /// gives the test binding's name.
 async fn install_policy(client: &Client) -> String {
@@ -53,43 +44,43 @@ async fn install_policy(client: &Client) -> String {
     assert_eq!(binding.data["spec"], json!({"policyName": policy_name, "validationActions": ["Deny"]}));
 
     let apply = PatchParams::apply("fence-admission-test").force();
-    admission_api(client, "ValidatingAdmissionPolicy")
-        .patch(&policy_name, &apply, &Patch::Apply(policy))
+    let policy: ValidatingAdmissionPolicy = typed(policy);
+    Api::<ValidatingAdmissionPolicy>::all(client.clone())
+        .patch(&policy_name, &apply, &Patch::Apply(&policy))
         .await
         .unwrap();
     let mut test_binding = binding.clone();
     let binding_name = unique("fence-admission-test");
     test_binding.metadata.name = Some(binding_name.clone());
     test_binding.data["spec"]["matchResources"] = json!({"objectSelector": {"matchLabels": {LABEL: "true"}}});
-    let bindings = admission_api(client, "ValidatingAdmissionPolicyBinding");
+    let test_binding: ValidatingAdmissionPolicyBinding = typed(&test_binding);
+    let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone());
     bindings.patch(&binding_name, &apply, &Patch::Apply(&test_binding)).await.unwrap();
     binding_name
 }
 
+fn typed<K: serde::de::DeserializeOwned>(object: &DynamicObject) -> K {
+    serde_json::from_value(serde_json::to_value(object).unwrap()).unwrap()
+}
+
 /// A server-side dry-run create: admission runs, nothing is stored.
-async fn try_create(fences: &Api<DynamicObject>, fence: &DynamicObject) -> Result<(), Box<Status>> {
-    let dry_run = PostParams { dry_run: true, ..Default::default() };
-    match fences.create(&dry_run, fence).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) => Err(status),
-        Err(other) => panic!("create: {other}"),
-    }
+async fn try_create(fences: &Api<DynamicObject>, fence: &DynamicObject) -> Result<DynamicObject, kube::Error> {
+    fences.create(&PostParams { dry_run: true, ..Default::default() }, fence).await
 }
 
-async fn try_patch(fences: &Api<DynamicObject>, name: &str, patch: Value) -> Result<(), Box<Status>> {
-    match fences.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) => Err(status),
-        Err(other) => panic!("patch: {other}"),
-    }
+async fn try_patch(fences: &Api<DynamicObject>, name: &str, patch: Value) -> Result<DynamicObject, kube::Error> {
+    fences.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await
 }
 
-fn assert_refused(result: Result<(), Box<Status>>, cidr: &str, what: &str) {
-    let status = result.err().unwrap_or_else(|| panic!("{what}: admitted"));
-    assert_eq!(status.code, 422, "{what}: {status:?}");
+fn assert_refused(result: Result<DynamicObject, kube::Error>, cidr: &str, what: &str) {
+    let message = invalid_message(result).unwrap_or_else(|other| panic!("{what}: {other}"));
     let said = format!("cidr \"{cidr}\" fences every address, every node of the cluster included");
-    assert!(status.message.contains(&said), "{what}: {}", status.message);
-    assert!(status.message.contains(&format!("{MEANT}: \"true\"")), "{what}: {}", status.message);
+    assert!(message.contains(&said), "{what}: {message}");
+    assert!(message.contains(&format!("{MEANT}: \"true\"")), "{what}: {message}");
+}
+
+fn assert_admitted(result: Result<DynamicObject, kube::Error>, what: &str) {
+    assert!(result.is_ok(), "{what}: {:?}", result.err());
 }
 
 #[tokio::test]
@@ -102,7 +93,7 @@ async fn a_fence_of_every_address_is_refused_at_admission_unless_marked_as_meant
     let everything = fence(&unique("fence-all"), &["10.0.0.1/32", "0.0.0.0/0"], "Fenced", None);
     let enforced =
         testenv::poll::until(testenv::poll::MINUTE, async || try_create(&fences, &everything).await.err()).await;
-    assert_refused(enforced.map_or(Ok(()), Err), "0.0.0.0/0", "0.0.0.0/0");
+    assert_refused(enforced.map_or(Ok(everything.clone()), Err), "0.0.0.0/0", "0.0.0.0/0");
     let v6 = fence(&unique("fence-all6"), &["::/0"], "Fenced", None);
     assert_refused(try_create(&fences, &v6).await, "::/0", "::/0");
     let not_true = fence(&unique("fence-yes"), &["0.0.0.0/0"], "Fenced", Some("yes"));
@@ -113,7 +104,7 @@ async fn a_fence_of_every_address_is_refused_at_admission_unless_marked_as_meant
         ("unfencing every address", fence(&unique("fence-unfence"), &["0.0.0.0/0", "::/0"], "Unfenced", None)),
         ("a /8 and a /64", fence(&unique("fence-some"), &["10.0.0.0/8", "fd00::/64"], "Fenced", None)),
     ] {
-        assert_eq!(try_create(&fences, &admitted).await.map_err(|s| s.message), Ok(()), "{what}");
+        assert_admitted(try_create(&fences, &admitted).await, what);
     }
 
     // Updates. A fence of every address, marked as meant, keeps its mark.
@@ -121,13 +112,11 @@ async fn a_fence_of_every_address_is_refused_at_admission_unless_marked_as_meant
     fences.create(&PostParams::default(), &fence(&meant, &["0.0.0.0/0"], "Fenced", Some("true"))).await.unwrap();
     let unmark = json!({"metadata": {"annotations": {MEANT: null}}});
     assert_refused(try_patch(&fences, &meant, unmark).await, "0.0.0.0/0", "the mark taken away");
-    assert_eq!(
-        try_patch(&fences, &meant, json!({"metadata": {"labels": {"other": "x"}}})).await.map_err(|s| s.message),
-        Ok(())
-    );
+    let relabel = json!({"metadata": {"labels": {"other": "x"}}});
+    assert_admitted(try_patch(&fences, &meant, relabel).await, "a marked fence labelled");
     // Unfenced, the mark may go.
     let unfence = json!({"metadata": {"annotations": {MEANT: null}}, "spec": {"fenceState": "Unfenced"}});
-    assert_eq!(try_patch(&fences, &meant, unfence).await.map_err(|s| s.message), Ok(()), "unfenced, unmarked");
+    assert_admitted(try_patch(&fences, &meant, unfence).await, "unfenced, unmarked");
 
     // A fence admitted before the policy applied to it (here: before it had the label) may be
     // labelled, or have its finalizers removed, while its spec stays; widening it is refused.
@@ -136,13 +125,13 @@ async fn a_fence_of_every_address_is_refused_at_admission_unless_marked_as_meant
     unlabelled.metadata.labels = None;
     fences.create(&PostParams::default(), &unlabelled).await.unwrap();
     let label = json!({"metadata": {"labels": {LABEL: "true"}}});
-    assert_eq!(try_patch(&fences, &older, label).await.map_err(|s| s.message), Ok(()), "labelled as it is");
+    assert_admitted(try_patch(&fences, &older, label).await, "labelled as it is");
     let widen = json!({"spec": {"cidrs": ["0.0.0.0/0", "::/0"]}});
     assert_refused(try_patch(&fences, &older, widen).await, "0.0.0.0/0", "its CIDRs changed");
 
     for name in [&meant, &older] {
         fences.delete(name, &DeleteParams::default()).await.unwrap();
     }
-    let bindings = admission_api(&client, "ValidatingAdmissionPolicyBinding");
+    let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone());
     bindings.delete(&binding, &DeleteParams::default()).await.unwrap();
 }
