@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: code-order test-faults-cluster olm-up prometheus-up operatorhub freeze-release test-olm demo-cluster cluster-up cluster-down cluster-install test-cluster ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
+.PHONY: cluster-start cluster-tests cluster-faults cluster-driver-operator cluster-rbac-audit olm-start olm-tests prometheus-tests test-all code-order test-faults-cluster olm-up prometheus-up operatorhub freeze-release test-olm demo-cluster cluster-up cluster-down cluster-install test-cluster ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
 
 all: build
 
@@ -93,47 +93,67 @@ demo-cluster: ## make demo's story in real Pods, on a fresh `make cluster-up`: i
 	  hack/cluster.sh exec $(CARGO) test --offline --locked -q -p integration-tests --test cluster story -- --ignored --nocapture --test-threads=1; \
 	fi
 
-test-cluster: ship-binaries ## The product in real Pods: a fresh one-node cluster, the release YAMLs and the driver installed, tests/cluster run inside its network namespace; then the kubelet and containerd restarted, the driver hung, the leading manager and the node plugin evicted, the API server shedding the manager's load, the driver's disk full, the node rebooted, a sidecar cut off from the manager while a second driver works and 10,000 PVCs fanned out at the manager's memory limit, mid-batch (make test-faults-cluster's table); then the driver replaced by the driver operator's, taken through backend loss, a spec change, Removed and Managed; then the API server's audit log compared with the shipped RBAC (every rule used or named, nothing refused); then everything removed (and checked)
+# The cluster tiers (.ci/suites.toml): each runs on a cluster one of the two starts below left running,
+# `.ci/tiers.py` starting, sharing and stopping them; the targets after them run those tiers on fresh
+# clusters, whatever the time, and remove everything at the end (and check).
+cluster-start: ship-binaries ## A fresh one-node cluster with the images pushed and deploy/controller/ and deploy/reference-driver/ installed, left running (the cluster tiers' start)
 	$(CARGO) test --locked -p integration-tests --test cluster --no-run
-	@hack/cluster.sh check || { echo "test-cluster: a cluster is running or left traces; make cluster-down first" >&2; exit 1; }
-	@# Whatever happens, the cluster goes, and a trace it leaves fails the target.
-	@trap 'hack/cluster.sh down || exit 1' EXIT; set -e; \
-	hack/cluster.sh up; \
-	hack/images.sh $(SHIP_DIR) $(IMAGE_TAG); \
-	hack/cluster-install.sh controller; \
-	hack/cluster-install.sh driver; \
-	HELM="$$(hack/helm.sh)"; hack/cluster.sh exec env HELM="$$HELM" $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1 --skip olm --skip readme_helm --skip prometheus --skip driver_operator --skip rbac_audit --skip faults_cluster; \
-	hack/cluster.sh exec $(CARGO) test --offline --locked -p integration-tests --test cluster faults_cluster:: -- --ignored --test-threads=1 --nocapture; \
-	hack/cluster-install.sh remove-driver; \
-	hack/cluster-install.sh driver-operator; \
-	hack/cluster.sh exec $(CARGO) test --offline --locked -p integration-tests --test cluster driver_operator:: -- --ignored --test-threads=1 --nocapture; \
-	hack/cluster.sh exec $(CARGO) test --offline --locked -p integration-tests --test cluster rbac_audit:: -- --ignored --nocapture
+	@hack/cluster.sh check || { echo "cluster-start: a cluster is running or left traces; make cluster-down first" >&2; exit 1; }
+	hack/cluster.sh up
+	hack/images.sh $(SHIP_DIR) $(IMAGE_TAG)
+	hack/cluster-install.sh controller
+	hack/cluster-install.sh driver
 
-test-faults-cluster: ship-binaries ## Faults a real cluster has, on a fresh one-node cluster with the release YAMLs and the driver: the kubelet restarted, containerd restarted, the driver hung, the leading manager and the node plugin evicted, the API server shedding the manager's load (429), the driver's disk full, the node rebooted, the controller plugin's sidecar cut off from the manager for 60 s while a second driver's jobs must all finish, 10,000 PVCs fanned out into cron jobs within the manager's memory limit, each in the middle of 200 ReclaimSpaceJobs (one per volume) and a VolumeReplication changing state; no job stuck or lost (prints the table of make test-faults; FAULTS=kubelet,full picks rows by batch name)
-	$(CARGO) test --locked -p integration-tests --test cluster --no-run
-	@hack/cluster.sh check || { echo "test-faults-cluster: a cluster is running or left traces; make cluster-down first" >&2; exit 1; }
-	@trap 'hack/cluster.sh down || exit 1' EXIT; set -e; \
-	hack/cluster.sh up; \
-	hack/images.sh $(SHIP_DIR) $(IMAGE_TAG); \
-	hack/cluster-install.sh controller; \
-	hack/cluster-install.sh driver; \
+cluster-tests: ## On cluster-start's cluster: tests/cluster's suites (the story, the driver's Pods, evictions, failover, partitions, hostile input, the second driver)
+	HELM="$$(hack/helm.sh)"; hack/cluster.sh exec env HELM="$$HELM" $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1 --skip olm --skip readme_helm --skip prometheus --skip driver_operator --skip rbac_audit --skip faults_cluster
+
+cluster-faults: ## On cluster-start's cluster: the fault table (FAULTS=kubelet,full picks rows by batch name)
 	hack/cluster.sh exec $(CARGO) test --offline --locked -p integration-tests --test cluster faults_cluster:: -- --ignored --test-threads=1 --nocapture
 
-test-olm: ship-binaries ## OLM for real: a fresh one-node cluster with OLM v0.33.0 (hack/olm.sh), the README's Helm command, then the bundle installed by operator-sdk as the README says, upgraded to the next version's, from a catalog by a Subscription, and scorecard in Pods; the driver operator subscribed to, OLM resolving csi-addons as its dependency, and the story run on its driver; then the release YAMLs and the driver, scraped by a Prometheus the Prometheus Operator runs (hack/prometheus.sh) while the story runs; then everything removed (and checked)
+cluster-driver-operator: ## On cluster-start's cluster: the hand-installed driver replaced by the driver operator's, then its suite
+	hack/cluster-install.sh remove-driver
+	hack/cluster-install.sh driver-operator
+	hack/cluster.sh exec $(CARGO) test --offline --locked -p integration-tests --test cluster driver_operator:: -- --ignored --test-threads=1 --nocapture
+
+cluster-rbac-audit: ## On the cluster the other cluster tiers ran on: the API server's audit log against the shipped RBAC
+	hack/cluster.sh exec $(CARGO) test --offline --locked -p integration-tests --test cluster rbac_audit:: -- --ignored --nocapture
+
+olm-start: ship-binaries ## A fresh one-node cluster with the images, this release's next bundle, OLM v0.33.0 (hack/olm.sh) and a catalog of both releases, left running (the OLM tiers' start)
 	$(CARGO) test --locked -p integration-tests --test cluster --no-run
-	@hack/cluster.sh check || { echo "test-olm: a cluster is running or left traces; make cluster-down first" >&2; exit 1; }
-	@trap 'hack/cluster.sh down || exit 1' EXIT; set -e; \
-	hack/cluster.sh up; \
-	hack/images.sh $(SHIP_DIR) $(IMAGE_TAG); \
-	next="$$(mktemp -d)"; $(MAKE) -s bundle VERSION=$(NEXT_VERSION) BUNDLE_OUT="$$next" >/dev/null 2>&1; \
-	hack/images.sh --next-bundle "$$next" $(IMAGE_TAG) v$(NEXT_VERSION); rm -rf "$$next"; \
-	hack/olm.sh up; \
-	DRIVER_OPERATOR_VERSION=$(VERSION) hack/catalog.sh v$(NEXT_VERSION) $(VERSION) $(NEXT_VERSION); \
-	SDK="$$(hack/operator-sdk.sh)"; HELM="$$(hack/helm.sh)"; \
-	run() { hack/cluster.sh exec env OPERATOR_SDK_DIR="$$SDK" HELM="$$HELM" NEXT_VERSION=$(NEXT_VERSION) $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1 --nocapture "$$@"; }; \
-	run readme_helm; run olm --skip olm_driver; run olm_driver; \
-	hack/cluster-install.sh controller; hack/cluster-install.sh driver; hack/prometheus.sh up; \
-	run prometheus
+	@hack/cluster.sh check || { echo "olm-start: a cluster is running or left traces; make cluster-down first" >&2; exit 1; }
+	hack/cluster.sh up
+	hack/images.sh $(SHIP_DIR) $(IMAGE_TAG)
+	next="$$(mktemp -d)"; $(MAKE) -s bundle VERSION=$(NEXT_VERSION) BUNDLE_OUT="$$next" >/dev/null 2>&1 && \
+	hack/images.sh --next-bundle "$$next" $(IMAGE_TAG) v$(NEXT_VERSION); status=$$?; rm -rf "$$next"; exit $$status
+	hack/olm.sh up
+	DRIVER_OPERATOR_VERSION=$(VERSION) hack/catalog.sh v$(NEXT_VERSION) $(VERSION) $(NEXT_VERSION)
+
+# A cluster test run in the cluster's network namespace, with the peers the OLM tiers' tests use.
+OLM_RUN = hack/cluster.sh exec env OPERATOR_SDK_DIR="$$(hack/operator-sdk.sh)" HELM="$$(hack/helm.sh)" NEXT_VERSION=$(NEXT_VERSION) \
+	$(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1 --nocapture
+
+olm-tests: ## On olm-start's cluster: the README's Helm command, then the bundle installed by operator-sdk, upgraded to the next version's, from a catalog by a Subscription, scorecard in Pods; the driver operator subscribed to, OLM resolving csi-addons as its dependency
+	$(OLM_RUN) readme_helm
+	$(OLM_RUN) olm --skip olm_driver
+	$(OLM_RUN) olm_driver
+
+prometheus-tests: ## On a cluster the OLM tiers started: the release YAMLs and the driver, scraped by a Prometheus the Prometheus Operator runs (hack/prometheus.sh) while the story runs
+	hack/cluster-install.sh controller
+	hack/cluster-install.sh driver
+	hack/prometheus.sh up
+	$(OLM_RUN) prometheus
+
+test-cluster: ## The product in real Pods, on a fresh one-node cluster: the cluster, cluster-faults, driver-operator and rbac-audit tiers (cluster-tests, cluster-faults, cluster-driver-operator, cluster-rbac-audit), then everything removed (and checked)
+	python3 .ci/tiers.py run --only cluster,cluster-faults,driver-operator,rbac-audit
+
+test-faults-cluster: ## Faults a real cluster has, on a fresh one-node cluster with the release YAMLs and the driver: the kubelet restarted, containerd restarted, the driver hung, the leading manager and the node plugin evicted, the API server shedding the manager's load (429), the driver's disk full, the node rebooted, the controller plugin's sidecar cut off from the manager for 60 s while a second driver's jobs must all finish, 10,000 PVCs fanned out into cron jobs within the manager's memory limit, each in the middle of 200 ReclaimSpaceJobs (one per volume) and a VolumeReplication changing state; no job stuck or lost (prints the table of make test-faults; FAULTS=kubelet,full picks rows by batch name)
+	python3 .ci/tiers.py run --only cluster-faults
+
+test-olm: ## OLM and Prometheus for real, on a fresh one-node cluster: the olm and prometheus tiers (olm-start, olm-tests, prometheus-tests), then everything removed (and checked)
+	python3 .ci/tiers.py run --only olm,prometheus
+
+test-all: ## Every CI tier (.ci/suites.toml), whatever the time: lint, make test, interop, faults, then every cluster tier
+	python3 .ci/tiers.py run --all
 
 olm-up: ## On a running cluster (make cluster-up): build OLM v0.33.0 and opm here (once, cached) and install OLM
 	hack/olm.sh up
@@ -248,7 +268,8 @@ fmt: ## Format the code
 clippy: ## Lint with clippy (warnings are errors)
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
-lint: clippy ## Check formatting, lint, and that the manager's and the sidecar's modules import each other without a circle
+lint: clippy ## Check formatting, lint, that the manager's and the sidecar's modules import each other without a circle, and that CONTRIBUTING.md's CI table is .ci/suites.toml's
 	$(CARGO) fmt --all --check
+	python3 .ci/tiers.py check-doc CONTRIBUTING.md
 	python3 hack/import-cycles.py operator/src
 	python3 hack/import-cycles.py sidecar/src

@@ -12,6 +12,6 @@ elif command -v podman >/dev/null 2>&1; then
 elif command -v buildah >/dev/null 2>&1; then
   echo buildah
 else
-  echo "no container engine: install docker, podman or buildah (hack/node-packages.sh installs buildah), or set CONTAINER_ENGINE" >&2
+  echo "no container engine: install docker, podman or buildah (hack/packages.sh installs buildah), or set CONTAINER_ENGINE" >&2
   exit 1
 fi

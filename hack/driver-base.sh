@@ -12,7 +12,7 @@ SUITE=bookworm
 PACKAGES=e2fsprogs,mount,util-linux
 out="$CSI_ADDONS_CACHE/driver-base-$SUITE-${PACKAGES//,/-}"
 if [ ! -f "$out/rootfs.tar" ]; then
-  "$here/node-packages.sh"
+  "$here/packages.sh"
   log "making the driver's Debian $SUITE root filesystem with debootstrap (once; about 30 s)"
   work=$(mktemp -d "${TMPDIR:-/tmp}/csi-addons-driver-base.XXXXXX")
   trap 'rm -rf "$work"' EXIT

@@ -21,7 +21,7 @@ if [ "${1:-}" = --next-bundle ]; then mode=next; shift; fi
 NETNS="${CLUSTER_NETNS:-csi-addons-cluster}"
 REGISTRY=$CLUSTER_REGISTRY
 [ -e "/run/netns/$NETNS" ] || { log "no cluster is running (make cluster-up first)"; exit 1; }
-"$here/node-packages.sh"
+"$here/packages.sh"
 store="$CSI_ADDONS_CACHE/buildah"
 bh() { buildah --storage-driver vfs --root "$store/storage" --runroot "$store/run" "$@"; }
 # push IMAGE NAME: the local IMAGE to the registry as NAME (a whole name, such as ghcr.io/x/y:tag).

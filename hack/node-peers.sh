@@ -55,7 +55,7 @@ if ! built "$runc_dir" runc; then
   # Without seccomp support every sandbox fails ("config provided but seccomp not supported"): runc
   # links libseccomp, statically so the binary runs wherever the cache is.
   # `make cluster-up` on a new machine comes here before .ci/run's package step would have run.
-  [ -f /usr/include/seccomp.h ] || "$here/node-packages.sh"
+  [ -f /usr/include/seccomp.h ] || "$here/packages.sh" libseccomp-dev
   log "building runc $RUNC_VERSION with seccomp into $runc_dir (about 30 s, once)"
   GO_MOD_EDITS=()
   GO_CGO=1 GO_BUILD_TAGS="seccomp" go_wrapper_build "$runc_dir" "github.com/opencontainers/runc@$RUNC_VERSION" \

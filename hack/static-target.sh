@@ -18,12 +18,7 @@ if ! has_target; then
   log "adding the Rust target $musl (once per machine)"
   rustup target add "$musl" >&2 || true
 fi
-if ! command -v musl-gcc >/dev/null; then
-  log "installing musl-tools from Debian (once per machine)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends musl-tools >&2 \
-    || { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends musl-tools >&2; } \
-    || true
-fi
+command -v musl-gcc >/dev/null || "$here/packages.sh" musl-tools || true
 if has_target && command -v musl-gcc >/dev/null; then
   echo "$musl"
 else
