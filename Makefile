@@ -268,8 +268,9 @@ fmt: ## Format the code
 clippy: ## Lint with clippy (warnings are errors)
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
-lint: clippy ## Check formatting, lint, that the manager's and the sidecar's modules import each other without a circle, and that CONTRIBUTING.md's CI table is .ci/suites.toml's
+lint: clippy ## Check formatting, lint, that the manager's and the sidecar's modules import each other without a circle, that every relative link in the Markdown resolves, and that CONTRIBUTING.md's CI table is .ci/suites.toml's
 	$(CARGO) fmt --all --check
+	python3 hack/check-links.py
 	python3 .ci/tiers.py check-doc CONTRIBUTING.md
 	python3 hack/import-cycles.py operator/src
 	python3 hack/import-cycles.py sidecar/src
