@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: cluster-start cluster-tests cluster-faults cluster-driver-operator cluster-rbac-audit olm-start olm-tests prometheus-tests test-all code-order test-faults-cluster olm-up prometheus-up operatorhub freeze-release test-olm demo-cluster cluster-up cluster-down cluster-install test-cluster ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
+.PHONY: test-one cluster-start cluster-tests cluster-faults cluster-driver-operator cluster-rbac-audit olm-start olm-tests prometheus-tests test-all code-order test-faults-cluster olm-up prometheus-up operatorhub freeze-release test-olm demo-cluster cluster-up cluster-down cluster-install test-cluster ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
 
 all: build
 
@@ -25,15 +25,31 @@ help: ## List the targets
 build: ## Build every crate (debug)
 	$(CARGO) build --workspace --locked
 
+# The environment `make test` runs its suites in: where the Go-built peers are (each built once into
+# the cache) and the futures' size probe. tests/README.md lists every variable the suites read.
+TEST_ENV = KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" CSI_SANITY="$$(hack/csi-sanity.sh)" KUSTOMIZE="$$(hack/kustomize.sh)" \
+	PROMETHEUS_CRDS="$$(hack/prometheus-crds.sh)" PROMETHEUS_DEB_DIR="$$(hack/prometheus-deb.sh)" OPERATOR_SDK_DIR="$$(hack/operator-sdk.sh)" HELM="$$(hack/helm.sh)" \
+	CSI_PROVISIONER="$$(hack/csi-provisioner.sh)" FUTURE_SIZES="$$PWD/$(SHIP_DIR)/examples/future_sizes"
+
 test: control-plane test-peers ## Run every test: unit tests, then the suites on a real kube-apiserver + etcd
 	# The suites run the project's binaries as real processes: build them first. The reconcile
 	# futures' sizes are read in the shipped binaries' profile.
 	$(CARGO) build --workspace --bins --locked
 	$(MAKE) --no-print-directory ship-binaries
-	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" CSI_SANITY="$$(hack/csi-sanity.sh)" KUSTOMIZE="$$(hack/kustomize.sh)" \
-	PROMETHEUS_CRDS="$$(hack/prometheus-crds.sh)" PROMETHEUS_DEB_DIR="$$(hack/prometheus-deb.sh)" OPERATOR_SDK_DIR="$$(hack/operator-sdk.sh)" HELM="$$(hack/helm.sh)" \
-	CSI_PROVISIONER="$$(hack/csi-provisioner.sh)" FUTURE_SIZES="$$PWD/$(SHIP_DIR)/examples/future_sizes" \
-	$(CARGO) test --workspace --locked
+	$(TEST_ENV) $(CARGO) test --workspace --locked
+
+# test-one's test binary: empty for every binary of the workspace, or `cluster` for tests/cluster.
+TEST ?=
+test-one: control-plane test-peers ## Run the tests whose names contain T (ignored ones too), with make test's environment: `make test-one T=manager_jobs::`; TEST=cluster runs tests/cluster's inside a running cluster (make cluster-start first)
+	@[ -n "$(T)" ] || { echo "test-one: say which tests: make test-one T=<part of a test's name> [TEST=cluster]" >&2; exit 2; }
+	$(CARGO) build --workspace --bins --locked
+	$(MAKE) --no-print-directory ship-binaries
+	@if [ "$(TEST)" = cluster ]; then \
+	  [ -e /run/netns/$${CLUSTER_NETNS:-csi-addons-cluster} ] || { echo "test-one: no cluster is running: make cluster-start first" >&2; exit 1; }; \
+	  set -x; hack/cluster.sh exec env $(TEST_ENV) $(CARGO) test --offline --locked -p integration-tests --test cluster -- --include-ignored --test-threads=1 --nocapture "$(T)"; \
+	else \
+	  set -x; $(TEST_ENV) $(CARGO) test --workspace --locked -- --include-ignored --nocapture "$(T)"; \
+	fi
 
 test-interop: control-plane ## The story's reclaim, fence and replication steps with upstream's v0.14.0 manager or sidecar as the other half (builds upstream's once)
 	@hack/csi-provisioner.sh >/dev/null
