@@ -46,7 +46,7 @@ test-one: control-plane test-peers ## Run the tests whose names contain T (ignor
 	$(MAKE) --no-print-directory ship-binaries
 	@if [ "$(TEST)" = cluster ]; then \
 	  [ -e /run/netns/$${CLUSTER_NETNS:-csi-addons-cluster} ] || { echo "test-one: no cluster is running: make cluster-start first" >&2; exit 1; }; \
-	  set -x; hack/cluster.sh exec env $(TEST_ENV) $(CARGO) test --offline --locked -p integration-tests --test cluster -- --include-ignored --test-threads=1 --nocapture "$(T)"; \
+	  set -x; hack/cluster.sh exec env HELM="$$(hack/helm.sh)" OPERATOR_SDK_DIR="$$(hack/operator-sdk.sh)" NEXT_VERSION=$(NEXT_VERSION) $(CARGO) test --offline --locked -p integration-tests --test cluster -- --include-ignored --test-threads=1 --nocapture "$(T)"; \
 	else \
 	  set -x; $(TEST_ENV) $(CARGO) test --workspace --locked -- --include-ignored --nocapture "$(T)"; \
 	fi
@@ -58,14 +58,14 @@ test-interop: control-plane ## The story's reclaim, fence and replication steps 
 	# One pair at a time: each runs a control plane and a whole stack of its own.
 	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" CSI_PROVISIONER="$$(hack/csi-provisioner.sh)" \
 	UPSTREAM_BINARIES="$$(hack/upstream-binaries.sh)" \
-	$(CARGO) test --locked -p integration-tests --test integration interop_ -- --ignored --test-threads=1
+	$(CARGO) test --locked -p integration-tests --test integration stack::interop:: -- --ignored --test-threads=1
 
 fuzz: control-plane ## Hostile input for every parser of outside input: 100,000 proptest cases each (make test runs 256)
 	$(CARGO) build --workspace --bins --locked
 	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" PROPTEST_CASES=$${PROPTEST_CASES:-100000} \
-	$(CARGO) test --locked -p integration-tests --test integration hostile_ -- --nocapture --test-threads=1
+	$(CARGO) test --locked -p integration-tests --test integration hostile -- --nocapture --test-threads=1
 
-BENCH ?= bench_
+BENCH ?= benches::
 bench: control-plane ## Ours next to upstream's v0.14.0 on one control plane: annotation fan-out (N=1,000 and 10,000), job throughput (ours at 1,000 and 10,000 jobs, upstream at 1,000; BENCH_JOBS), idle with 1,000 CSIAddonsNodes, sidecar RSS; JSON and plots in bench-results/ (BENCH=bench_jobs for one part)
 	$(MAKE) --no-print-directory ship-binaries
 	$(CARGO) build --workspace --bins --locked
@@ -79,7 +79,7 @@ bench: control-plane ## Ours next to upstream's v0.14.0 on one control plane: an
 test-faults: control-plane ## kill -9 the manager, sidecar, driver or kube-apiserver, or the leading manager, mid-batch: no job stuck or lost (prints a table)
 	$(CARGO) build --workspace --bins --locked
 	KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" \
-	$(CARGO) test --locked -p integration-tests --test integration faults_ -- --ignored --nocapture --test-threads=1
+	$(CARGO) test --locked -p integration-tests --test integration stack::faults:: -- --ignored --nocapture --test-threads=1
 
 # The one-node cluster (hack/cluster.sh): kubelet, containerd, runc, CNI, kube-proxy, CoreDNS and a
 # registry, built from source into the cache, all inside a network namespace of their own.
@@ -120,7 +120,7 @@ cluster-start: ship-binaries ## A fresh one-node cluster with the images pushed 
 	hack/cluster-install.sh controller
 	hack/cluster-install.sh driver
 
-cluster-tests: ## On cluster-start's cluster: tests/cluster's suites (the story, the driver's Pods, evictions, failover, partitions, hostile input, the second driver)
+cluster-tests: ## On cluster-start's cluster: tests/cluster's suites (the story, the driver's and the manager's Pods, leader failover, the Helm chart, hostile input)
 	HELM="$$(hack/helm.sh)"; hack/cluster.sh exec env HELM="$$HELM" $(CARGO) test --offline --locked -p integration-tests --test cluster -- --ignored --test-threads=1 --skip olm --skip readme_helm --skip prometheus --skip driver_operator --skip rbac_audit --skip faults_cluster
 
 cluster-faults: ## On cluster-start's cluster: the fault table (FAULTS=kubelet,full picks rows by batch name)
@@ -232,7 +232,7 @@ OPERATORHUB_OUT ?= target/operatorhub
 operatorhub: ## Write the bundle in the community-operators layout (operators/csi-addons/<version>/ and ci.yaml) into OPERATORHUB_OUT and validate it (operatorframework and community validators)
 	hack/operatorhub.sh $(OPERATORHUB_OUT)
 
-freeze-release: ## Freeze this release's CRDs and samples in config/released/v$(VERSION)/: later CRDs are checked against them (tests/integration/crd_compat.rs)
+freeze-release: ## Freeze this release's CRDs and samples in config/released/v$(VERSION)/: later CRDs are checked against them (tests/integration/packaging/crd_compat.rs)
 	mkdir -p config/released/v$(VERSION)/crds config/released/v$(VERSION)/samples
 	cp config/crd/bases/*.yaml config/released/v$(VERSION)/crds/
 	cp config/samples/*_*.yaml config/released/v$(VERSION)/samples/
@@ -284,9 +284,8 @@ fmt: ## Format the code
 clippy: ## Lint with clippy (warnings are errors)
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
-lint: clippy ## Check formatting, lint, that the manager's and the sidecar's modules import each other without a circle, that every relative link in the Markdown resolves, and that CONTRIBUTING.md's CI table is .ci/suites.toml's
+lint: clippy ## Check formatting, lint, that no crate's modules import each other in a circle, that every relative link in the Markdown resolves, and that CONTRIBUTING.md's CI table is .ci/suites.toml's
 	$(CARGO) fmt --all --check
 	python3 hack/check-links.py
 	python3 .ci/tiers.py check-doc CONTRIBUTING.md
-	python3 hack/import-cycles.py operator/src
-	python3 hack/import-cycles.py sidecar/src
+	python3 hack/import-cycles.py --workspace

@@ -6,10 +6,14 @@ An edge A -> B means file A names module B by path: `use crate::â€¦`, `crate::â€
 (comments and strings aside). A path is resolved to the deepest
 module that is a file of the crate, so `crate::core::status::condition` points at
 core/status.rs, not at core/mod.rs. `mod` declarations are not edges: a parent declaring its
-children is the layout itself. Prints each circle with the names that tie it and exits 1 if
+children is the layout itself, and neither is a parent's re-export of its own child's items
+(`pub use child::Item;`, any visibility): the child's names are the parent's face, and the child
+may still use its parent. Prints each circle with the names that tie it and exits 1 if
 there is any; with --edges, prints every edge.
 
-Usage: hack/import-cycles.py [--edges] CRATE_SRC_DIR
+With --workspace, every crate of the Cargo workspace in ROOT (default: here) is scanned.
+
+Usage: hack/import-cycles.py [--edges] CRATE_SRC_DIR | --workspace [ROOT]
 """
 import os
 import re
@@ -120,6 +124,24 @@ def resolve(path, here, modules):
     return None
 
 
+def without_reexports_of_children(code, here, modules):
+    """The code less each path of a `pub use` that names an item of one of the file's own child
+    modules: a parent handing on its child's names is no import."""
+    def keep(match):
+        paths = [p.strip() for p in match.group(2).split(",") if p.strip()]
+        kept = []
+        for path in paths:
+            segments = path.split(" as ")[0].strip().split("::")
+            if segments[0] == "self":
+                segments = segments[1:]
+            if segments and tuple(here + [segments[0]]) in modules:
+                continue
+            kept.append(path)
+        return f"{match.group(1)}use {', '.join(kept)};" if kept else ""
+
+    return re.sub(r"\b(pub(?:\s*\([^)]*\))?\s+)use\s+([^;]*);", keep, code)
+
+
 def edges_of(src):
     files = []
     bins = os.path.join(src, "bin")
@@ -137,6 +159,7 @@ def edges_of(src):
         code = strip_comments_and_strings(open(file, encoding="utf-8").read())
         # `#[cfg(test)] mod tests { use super::*; }` names the file itself: no edge.
         code = expand_use_groups(inline_modules_as_self(code))
+        code = without_reexports_of_children(code, here, modules)
         # A glob (`use super::*;`) names the module it reads from.
         code = code.replace("::*", "::__glob__")
         for match in re.finditer(r"(?<![\w:])(\w+(?:::\w+)+)", code):
@@ -186,14 +209,28 @@ def circles(files, edges):
     return result
 
 
-def main():
-    args = sys.argv[1:]
-    show_edges = "--edges" in args
-    args = [a for a in args if a != "--edges"]
-    if len(args) != 1:
-        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
-        return 2
-    src = args[0].rstrip("/")
+def workspace_sources(root):
+    """The source folder of every crate of the Cargo workspace at root: each member's src/, and the
+    folder of each test binary declared with a path of its own (tests/integration/main.rs)."""
+    import tomllib
+
+    with open(os.path.join(root, "Cargo.toml"), "rb") as f:
+        members = tomllib.load(f)["workspace"]["members"]
+    sources = []
+    for member in members:
+        if os.path.isdir(os.path.join(root, member, "src")):
+            sources.append(os.path.join(root, member, "src"))
+        with open(os.path.join(root, member, "Cargo.toml"), "rb") as f:
+            manifest = tomllib.load(f)
+        for target in manifest.get("test", []) + manifest.get("bench", []):
+            path = target.get("path", "")
+            if path.endswith("main.rs"):
+                sources.append(os.path.join(root, member, os.path.dirname(path)))
+    return sources
+
+
+def scan(src, show_edges):
+    """Prints src's circles (or that it has none), and every edge with show_edges; 1 if any."""
     files, edges = edges_of(src)
     if show_edges:
         for a in sorted(edges):
@@ -212,6 +249,21 @@ def main():
         return 1
     print(f"{src}: {len(files)} files, {count} imports, no circle")
     return 0
+
+
+def main():
+    args = sys.argv[1:]
+    show_edges = "--edges" in args
+    args = [a for a in args if a != "--edges"]
+    if args[:1] == ["--workspace"] and len(args) <= 2:
+        root = args[1] if len(args) == 2 else "."
+        sources = [os.path.relpath(s) for s in workspace_sources(root)]
+    elif len(args) == 1 and not args[0].startswith("--"):
+        sources = [args[0].rstrip("/")]
+    else:
+        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+        return 2
+    return max(scan(src, show_edges) for src in sources)
 
 
 if __name__ == "__main__":

@@ -58,7 +58,9 @@ go_wrapper_build() {
     mkdir -p "$outdir.partial"
     for pkg in "$@"; do
       log "building $pkg ($modver)"
+      local t0=$SECONDS
       CGO_ENABLED="${GO_CGO:-0}" go build -mod=mod -trimpath -tags "${GO_BUILD_TAGS:-}" -ldflags "$ldflags" -o "$outdir.partial/$(basename "$pkg")" "$pkg"
+      log "built $(basename "$pkg") in $(( SECONDS - t0 )) s"
     done
   ) || { rm -rf "$outdir.partial"; return 1; }
   rm -rf "$outdir"

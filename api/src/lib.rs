@@ -4,14 +4,11 @@
 #![forbid(unsafe_code)]
 
 pub mod capabilities;
-pub mod conditions;
 pub mod crds;
 pub mod csiaddons;
 pub mod driver;
 pub mod lease;
-pub mod logging;
 pub mod names;
 pub mod proto;
 pub mod redact;
 pub mod replication;
-pub mod shutdown;

@@ -12,8 +12,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-/// The label every object the operator writes carries, and its value.
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "reference-driver-operator");
+use crate::names::{MANAGED_BY, SERVING_SECRET};
+
 /// Where the driver runs unless `--driver-namespace` says otherwise (the hand install's namespace).
 pub const DEFAULT_NAMESPACE: &str = "csi-addons-reference";
 
@@ -116,7 +116,7 @@ pub fn namespace(placement: &Placement) -> Result<Namespace, AssetError> {
 }
 
 /// The driver's objects for `spec`, placed as `placement` says. `sidecar_ca` is the CA bundle
-/// that signs the sidecars' serving certificate (Secret `certificates::SERVING_SECRET`): it is
+/// that signs the sidecars' serving certificate (Secret `names::SERVING_SECRET`): it is
 /// published on the CSIDriver and the certificate mounted into the sidecars. `None` leaves the
 /// sidecars to make their own, as a hand install does.
 pub fn render(
@@ -300,10 +300,7 @@ fn mount_sidecar_certificate(pod: &mut PodSpec) {
     volumes.retain(|v| v.name != VOLUME);
     volumes.push(Volume {
         name: VOLUME.to_owned(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(crate::certificates::SERVING_SECRET.to_owned()),
-            ..Default::default()
-        }),
+        secret: Some(SecretVolumeSource { secret_name: Some(SERVING_SECRET.to_owned()), ..Default::default() }),
         ..Default::default()
     });
     for sidecar in pod.containers.iter_mut().filter(|c| c.name == containers::CSI_ADDONS) {
@@ -447,10 +444,7 @@ mod tests {
             let mount = sidecar.volume_mounts.iter().flatten().find(|m| m.name == "sidecar-tls").unwrap();
             assert_eq!(mount.read_only, Some(true));
             let volume = pod.volumes.iter().flatten().find(|v| v.name == "sidecar-tls").unwrap();
-            assert_eq!(
-                volume.secret.as_ref().unwrap().secret_name.as_deref(),
-                Some(crate::certificates::SERVING_SECRET)
-            );
+            assert_eq!(volume.secret.as_ref().unwrap().secret_name.as_deref(), Some(SERVING_SECRET));
             assert_eq!(pod.volumes.iter().flatten().filter(|v| v.name == "sidecar-tls").count(), 1);
             assert_eq!(args(sidecar).iter().filter(|a| a.starts_with("--tls-cert-file=")).count(), 1);
             assert!(

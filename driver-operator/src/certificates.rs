@@ -18,10 +18,9 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
 };
 
-use crate::assets::MANAGED_BY;
+use crate::names::{MANAGED_BY, SERVING_SECRET};
 
 pub const CA_SECRET: &str = "reference-driver-sidecar-ca";
-pub const SERVING_SECRET: &str = "reference-driver-sidecar-tls";
 const CA_LIFE_SECONDS: i64 = 365 * 24 * 3600;
 const SERVING_LIFE_SECONDS: i64 = 90 * 24 * 3600;
 /// Annotations on the Secrets: when their certificate expires, which CA generation issued it.

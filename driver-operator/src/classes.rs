@@ -12,8 +12,8 @@ use api::replication::{
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::assets::MANAGED_BY;
 use crate::credentials::{Credentials, secret_parameters};
+use crate::names::MANAGED_BY;
 
 /// The annotation the CSI-Addons manager reads a StorageClass's reclaim-space schedule from.
 pub const RECLAIM_SCHEDULE: &str = "reclaimspace.csiaddons.openshift.io/schedule";

@@ -14,8 +14,8 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 
-use crate::assets::MANAGED_BY;
-use crate::driver_set::{DriverSetError, api_error};
+use crate::driver_set::errors::{DriverSetError, api_error};
+use crate::names::MANAGED_BY;
 
 /// The copy in the driver's namespace.
 pub const COPY: &str = "reference-driver-credentials";

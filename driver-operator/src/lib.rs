@@ -22,6 +22,7 @@ pub mod decide;
 pub mod driver_set;
 pub mod flags;
 pub mod metrics;
+pub mod names;
 pub mod rollout;
 pub mod status;
 
@@ -176,7 +177,7 @@ pub async fn run(cli: Cli) -> Result<(), OperatorError> {
         });
     }
     tasks.spawn(lead(ctx, leading, stop.clone()));
-    api::shutdown::signal().await;
+    runtime_support::shutdown::signal().await;
     tracing::info!("shutting down");
     stop_tx.send_replace(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), async { while tasks.join_next().await.is_some() {} }).await;

@@ -1,13 +1,13 @@
 //! The ReferenceCSIDriver's status: built from what a pass decided and observed (pure), written
 //! with server-side apply under the operator's one field manager.
-use api::conditions::{condition, set_condition};
 use api::driver::{GenerationStatus, ManagementState, OperandVersion, ReferenceCSIDriver, ReferenceCSIDriverStatus};
-use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
+use runtime_support::conditions::{condition, set_condition};
 
 use crate::credentials::Credentials;
 use crate::decide::{Backend, Rollout, conditions};
-use crate::driver_set::{DriverSetError, FIELD_MANAGER};
+use crate::driver_set::errors::{DriverSetError, api_error};
+use crate::names::FIELD_MANAGER;
 
 /// The condition saying whether the credentials Secret was copied (set only when the spec names one
 /// or named one before).
@@ -90,21 +90,9 @@ pub async fn write(
     if driver.status.as_ref() == Some(status) {
         return Ok(());
     }
-    let name = driver.name_any();
-    let patch = serde_json::json!({
-        "apiVersion": "driver.csi-addons-rs.io/v1alpha1",
-        "kind": "ReferenceCSIDriver",
-        "status": status,
-    });
-    Api::<ReferenceCSIDriver>::all(client.clone())
-        .patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(patch))
+    runtime_support::status::apply_status(client, driver, FIELD_MANAGER, serde_json::json!(status))
         .await
-        .map_err(|source| DriverSetError::Api {
-            action: "writing the status of",
-            kind: "ReferenceCSIDriver".to_owned(),
-            name,
-            source,
-        })?;
+        .map_err(api_error("writing the status of", "ReferenceCSIDriver", &driver.name_any()))?;
     Ok(())
 }
 

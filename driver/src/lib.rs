@@ -81,7 +81,7 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
-        api::shutdown::signal().await;
+        runtime_support::shutdown::signal().await;
         let _ = stop.send(true);
     });
     serve(cli, stopped).await

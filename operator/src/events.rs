@@ -32,7 +32,7 @@ struct SentEvents(Mutex<HashMap<u64, Sent>>);
 impl SentEvents {
     /// The name and next count of a live series under `key`, counted in.
     fn count_in(&self, key: u64, now: i64) -> Option<(String, i32)> {
-        let mut sent = crate::core::lock::locked(&self.0);
+        let mut sent = crate::primitives::locked(&self.0);
         let series = sent.get_mut(&key).filter(|s| now - s.last_seconds < SERIES_SECONDS)?;
         series.count = series.count.saturating_add(1);
         series.last_seconds = now;
@@ -41,7 +41,7 @@ impl SentEvents {
 
     /// Starts a series under `key`, unless MAX_SERIES live ones are remembered already.
     fn remember(&self, key: u64, name: String, now: i64) {
-        let mut sent = crate::core::lock::locked(&self.0);
+        let mut sent = crate::primitives::locked(&self.0);
         if sent.len() >= MAX_SERIES {
             sent.retain(|_, s| now - s.last_seconds < SERIES_SECONDS);
         }
@@ -170,6 +170,6 @@ mod tests {
         assert_eq!(sent.count_in(u64::MAX, 1002), None, "full: not remembered");
         sent.remember(u64::MAX, "later".into(), 1000 + SERIES_SECONDS);
         assert_eq!(sent.count_in(u64::MAX, 1001 + SERIES_SECONDS), Some(("later".into(), 2)));
-        assert_eq!(crate::core::lock::locked(&sent.0).len(), 1, "the expired ones went");
+        assert_eq!(crate::primitives::locked(&sent.0).len(), 1, "the expired ones went");
     }
 }

@@ -6,26 +6,18 @@ pub mod cache_ready;
 pub mod claim;
 pub mod compact;
 pub mod config;
-pub mod config_watch;
 pub mod controllers;
 pub mod core;
-pub mod driver_trust;
 pub mod events;
 pub mod flags;
 pub mod future_sizes;
-pub mod idle_channel;
-pub mod lease_holders;
 pub mod manager;
 pub mod metrics;
 pub mod names;
-pub mod pool;
-pub mod pool_entries;
+pub mod primitives;
 pub mod pv_drivers;
-pub mod readiness;
-pub mod runner;
 pub mod schedule;
-pub mod secure_metrics;
-pub mod sidecar_client;
+pub mod sidecars;
 
 pub use flags::ManagerCli;
 
@@ -36,7 +28,7 @@ pub fn run(cli: ManagerCli) -> anyhow::Result<()> {
     };
     // log_level's names are all LevelFilter's.
     let level = level.parse().unwrap_or(tracing_subscriber::filter::LevelFilter::INFO);
-    api::logging::init(level, cli.json_logs());
+    runtime_support::logging::init(level, cli.json_logs());
     // One thread: the manager waits on the network; a single thread keeps one allocator arena and
     // no cross-thread hand-offs (memory is what a cluster-wide controller costs its users).
     let runtime =

@@ -17,7 +17,7 @@ use kube::runtime::watcher;
 
 use crate::claim::Claim;
 use crate::compact::CsiPv;
-use crate::core::lock::locked;
+use crate::primitives::locked;
 
 /// The index that says "not a CSI volume".
 const NOT_CSI: u32 = u32::MAX;

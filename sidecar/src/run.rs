@@ -64,7 +64,7 @@ pub fn init_logging(verbosity: u8, json: bool) {
         4 | 5 => LevelFilter::DEBUG,
         _ => LevelFilter::TRACE,
     };
-    api::logging::init(level, json);
+    runtime_support::logging::init(level, json);
 }
 
 /// The listening address and the downward-API identity, checked before anything starts.
@@ -132,7 +132,7 @@ pub async fn run(cli: SidecarCli) -> Result<(), SidecarError> {
     let stop_tx = Arc::new(stop_tx);
     let on_signal = stop_tx.clone();
     tokio::spawn(async move {
-        api::shutdown::signal().await;
+        runtime_support::shutdown::signal().await;
         tracing::info!("shutting down");
         on_signal.send_replace(true);
     });

@@ -6,7 +6,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
 };
 
-use crate::Error;
+use crate::error::Error;
 
 /// Paths of the files written into the control plane's directory.
 pub struct Pki {

@@ -12,7 +12,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, Config};
 
-use crate::{Error, certs, process};
+use crate::error::Error;
+use crate::{certs, ports, process};
 
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(120);
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -479,7 +480,7 @@ fn find_assets() -> Result<PathBuf, Error> {
 }
 
 fn free_port() -> Result<u16, Error> {
-    crate::free_port().map_err(|e| Error::Io("finding a free port".into(), e))
+    ports::free_port().map_err(|e| Error::Io("finding a free port".into(), e))
 }
 
 fn spawn_logged(command: Command, dir: &Path, name: &str) -> Result<Child, Error> {

@@ -9,6 +9,7 @@
 pub mod bound_claims;
 mod certs;
 mod control_plane;
+mod error;
 pub mod fault_table;
 pub mod hostile;
 pub mod kinds;
@@ -19,23 +20,5 @@ mod ports;
 pub mod process;
 
 pub use control_plane::{ControlPlane, shared};
+pub use error::Error;
 pub use ports::free_port;
-
-/// Why the control plane could not be started or used.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{0}: {1}")]
-    Io(String, #[source] std::io::Error),
-    #[error("certificates: {0}")]
-    Pki(String),
-    #[error("finding the control-plane binaries: {0}")]
-    Assets(String),
-    #[error("the control plane did not become ready: {name} exited: {log}")]
-    Exited { name: &'static str, log: String },
-    #[error("{what} did not become ready: {detail}")]
-    NotReady { what: &'static str, detail: String },
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("kubeconfig: {0}")]
-    Kubeconfig(String),
-}

@@ -72,7 +72,7 @@ async fn the_plugin_is_registered_and_every_sidecar_connected_through_its_pod() 
     }
     // Verified TLS is the hand install's default too: its certificates Job issued the sidecars'
     // certificate and put the CA on the CSIDriver.
-    let verified = crate::driver_operator::check_verified_tls(&client, &plugin_pods, cluster::MANAGER_NAMESPACE).await;
+    let verified = crate::sidecar_tls::check_verified_tls(&client, &plugin_pods, cluster::MANAGER_NAMESPACE).await;
     println!("the hand-installed driver: {verified}");
 }
 

@@ -25,4 +25,5 @@ mod prometheus;
 mod rbac_audit;
 mod readme_helm;
 mod reboot;
+mod sidecar_tls;
 mod story;

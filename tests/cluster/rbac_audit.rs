@@ -222,7 +222,7 @@ const KEPT: &[(&str, &[&str], &[&str], &str)] = &[
         &["/secrets"],
         &["get"],
         "the credentials Secret spec.credentialsSecret names; the cluster suite names none \
-         (tests/integration/driver_operator_credentials.rs does)",
+         (tests/integration/driver/operator_credentials.rs does)",
     ),
     (
         "reference-driver-certificates",

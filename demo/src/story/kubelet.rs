@@ -8,15 +8,9 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::{Story, Volume};
+use super::{Mounted, Story, Volume};
 use crate::Result;
 use crate::stack::{DRIVER, NODE};
-
-/// Where a volume is staged and published.
-pub struct Mounted {
-    pub staging: PathBuf,
-    pub target: PathBuf,
-}
 
 fn capability() -> csi::VolumeCapability {
     csi::VolumeCapability {

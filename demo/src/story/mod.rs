@@ -4,6 +4,7 @@ mod protection;
 mod volumes;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use kube::api::{Api, DynamicObject};
 use serde_json::Value;
@@ -132,11 +133,17 @@ struct Volume {
     handle: String,
 }
 
+/// Where a volume is staged and published (the kubelet's steps, in `kubelet`).
+struct Mounted {
+    staging: PathBuf,
+    target: PathBuf,
+}
+
 struct Story<'a> {
     stack: &'a Stack,
     volumes: BTreeMap<String, Volume>,
     /// data-1 stays published between the write and the reclaim on the node.
-    mounted_data_1: Option<kubelet::Mounted>,
+    mounted_data_1: Option<Mounted>,
 }
 
 impl Story<'_> {

@@ -4,6 +4,6 @@ use clap::Parser;
 async fn main() -> anyhow::Result<()> {
     let cli = reference_driver::registrar::Cli::parse();
     reference_driver::init_logging(cli.log_json);
-    reference_driver::registrar::run(cli, api::shutdown::signal()).await?;
+    reference_driver::registrar::run(cli, runtime_support::shutdown::signal()).await?;
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! The controllers, one folder each: `mod.rs` runs the controller and acts (the calls and the
 //! writes), `decide.rs` holds its decisions without I/O (unit-tested there), and anything else in
 //! the folder is that controller's alone. `replication` and `replication_class` are what the three
-//! replication controllers share. They are started by `crate::runner`, only while this manager leads.
+//! replication controllers share. They are started by `crate::manager::runner`, only while this manager leads.
 pub mod cron_jobs;
 pub mod jobs;
 pub mod network_fence;

@@ -12,9 +12,9 @@ use kube::runtime::reflector::Store;
 
 use super::Core;
 use super::clock::now_seconds;
-use super::lock::locked;
 use super::run::Context;
 use super::slim::Listing;
+use crate::primitives::locked;
 
 /// How long to wait after failures in a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

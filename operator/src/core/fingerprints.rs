@@ -12,7 +12,7 @@ use kube::Resource;
 use kube::runtime::watcher;
 
 use crate::compact::uuid;
-use crate::core::lock::locked;
+use crate::primitives::locked;
 
 /// The fingerprint last passed on, by object uid.
 #[derive(Clone, Default)]

@@ -7,10 +7,8 @@ pub mod backoff;
 pub mod clock;
 pub mod error;
 pub mod fingerprints;
-pub mod lock;
 pub mod patch;
 pub mod queue;
-pub mod read;
 pub mod run;
 pub mod slim;
 pub mod slim_text;
@@ -21,16 +19,14 @@ pub mod watch;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
 use tokio::sync::watch as channel;
 
 use crate::config::Settings;
 use crate::events::{EventRecorder, Note};
 use crate::metrics::Metrics;
-use crate::pool::Pool;
-use crate::sidecar_client::Security;
+use crate::sidecars::client::Security;
+use crate::sidecars::pool::Pool;
 
 /// The one field manager of everything the manager writes.
 pub const FIELD_MANAGER: &str = "csi-addons-manager";
@@ -132,34 +128,15 @@ impl Core {
 
     /// The API of `object`'s kind, in its namespace when it has one.
     pub fn api_of<K: Resource<DynamicType = ()>>(&self, object: &K) -> Api<kube::api::DynamicObject> {
-        let resource = kube::api::ApiResource::erase::<K>(&());
-        match object.namespace() {
-            Some(namespace) => Api::namespaced_with(self.client.clone(), &namespace, &resource),
-            None => Api::all_with(self.client.clone(), &resource),
-        }
+        runtime_support::api_of(&self.client, object)
     }
 
     /// Writes `status` of `object` by server-side apply, as the manager's one field manager.
     pub async fn apply_status<K>(&self, object: &K, status: serde_json::Value) -> Result<(), kube::Error>
     where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+        K: Resource<DynamicType = ()>,
     {
-        let api = self.api_of(object);
-        // Unset fields are left out (an explicit null is not a value to apply).
-        let status = match status {
-            serde_json::Value::Object(fields) => {
-                serde_json::Value::Object(fields.into_iter().filter(|(_, v)| !v.is_null()).collect())
-            }
-            other => other,
-        };
-        let patch = serde_json::json!({
-            "apiVersion": K::api_version(&()),
-            "kind": K::kind(&()),
-            "status": status,
-        });
-        api.patch_status(&object.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
-            .await
-            .map(|_| ())
+        runtime_support::status::apply_status(&self.client, object, FIELD_MANAGER, status).await
     }
 }
 

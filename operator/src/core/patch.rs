@@ -1,6 +1,5 @@
 //! Writes of an object's metadata: a finalizer on or off, and merge patches.
 use kube::Resource;
-use serde::de::DeserializeOwned;
 
 use super::Core;
 
@@ -8,22 +7,9 @@ use super::Core;
 /// concurrent change fails the patch and the pass is retried.
 pub async fn set_finalizer<K>(core: &Core, object: &K, finalizer: &str, present: bool) -> Result<(), kube::Error>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    K: Resource<DynamicType = ()>,
 {
-    use kube::ResourceExt;
-    let finalizers = object.finalizers();
-    if finalizers.iter().any(|f| f == finalizer) == present {
-        return Ok(());
-    }
-    let mut next: Vec<String> = finalizers.iter().filter(|f| *f != finalizer).cloned().collect();
-    if present {
-        next.push(finalizer.to_owned());
-    }
-    let patch = serde_json::json!({"metadata": {"finalizers": next, "resourceVersion": object.resource_version()}});
-    match merge_patch(core, object, &patch).await {
-        Err(kube::Error::Api(s)) if s.code == 404 && !present => Ok(()),
-        other => other,
-    }
+    runtime_support::finalizer::set_finalizer(&core.client, object, finalizer, present).await
 }
 
 /// A JSON merge patch of `object`.

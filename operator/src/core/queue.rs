@@ -34,8 +34,8 @@ use serde::de::DeserializeOwned;
 use tokio::time::{Instant, Sleep};
 
 use super::action::Action;
-use super::lock::locked;
 use super::slim::{Key, Listing, SlimStore, Slimmable, key};
+use crate::primitives::locked;
 
 fn object_ref<K: Resource<DynamicType = ()>>(key: &str) -> ObjectRef<K> {
     match key.split_once('/') {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-use super::lock::locked;
+use crate::primitives::locked;
 
 /// A UID or resourceVersion, compact where its text allows.
 #[derive(Clone, Debug, PartialEq, Eq)]

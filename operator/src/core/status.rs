@@ -1,2 +1,2 @@
 //! Conditions, as the "write status" step sets them (shared with the driver operator).
-pub use api::conditions::{condition, set_condition};
+pub use runtime_support::conditions::{condition, set_condition};

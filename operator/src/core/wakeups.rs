@@ -64,7 +64,7 @@ impl Wakeups {
     pub fn after(&self, namespace: &str, name: &str, delay: Duration) {
         let at = Instant::now() + delay;
         let key: Key = Arc::new((namespace.into(), name.into()));
-        let mut queue = crate::core::lock::locked(&self.queue);
+        let mut queue = crate::primitives::locked(&self.queue);
         queue.remove(&key);
         let earliest = queue.by_time.first().is_none_or(|(first, _)| at < *first);
         queue.by_time.insert((at, key.clone()));
@@ -77,12 +77,12 @@ impl Wakeups {
 
     /// `namespace/name` needs no wake-up (nothing due, or gone).
     pub fn forget(&self, namespace: &str, name: &str) {
-        crate::core::lock::locked(&self.queue).remove(&(namespace.into(), name.into()));
+        crate::primitives::locked(&self.queue).remove(&(namespace.into(), name.into()));
     }
 
     #[cfg(test)]
     fn len(&self) -> usize {
-        crate::core::lock::locked(&self.queue).due.len()
+        crate::primitives::locked(&self.queue).due.len()
     }
 
     /// The objects as they fall due, for `Controller::reconcile_on`; ends never.
@@ -90,7 +90,7 @@ impl Wakeups {
         let wakeups = self.clone();
         let ready = futures::stream::unfold(wakeups, |wakeups| async move {
             loop {
-                let next = crate::core::lock::locked(&wakeups.queue).take_due(Instant::now());
+                let next = crate::primitives::locked(&wakeups.queue).take_due(Instant::now());
                 match next {
                     Ok(due) => return Some((futures::stream::iter(due), wakeups)),
                     // A later `after` with an earlier time notifies; a long sleep is re-checked.

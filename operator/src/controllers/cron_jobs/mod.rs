@@ -30,9 +30,9 @@ use crate::core::Core;
 use crate::core::action::Action;
 use crate::core::clock::now_seconds;
 use crate::core::error::{Categorized, Category, kube_category};
-use crate::core::lock::locked;
 use crate::core::slim::{SlimStore, Slimmable};
 use crate::core::wakeups::Wakeups;
+use crate::primitives::locked;
 use crate::schedule::Schedule;
 
 /// Why a pass could not finish.

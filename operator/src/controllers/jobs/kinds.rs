@@ -13,7 +13,7 @@ use super::decide::{Limits, ReclaimCall, ReclaimSides, reclaim_plan, reclaimed_b
 use super::{AttemptError, Done, JobKind, Volume};
 use crate::core::Core;
 use crate::core::slim::Slimmable;
-use crate::sidecar_client::with_timeout;
+use crate::sidecars::client::with_timeout;
 
 /// `JobKind::keep_only_outcome` for a kind whose status is `$status` (both kinds share the fields).
 macro_rules! keep_only_outcome {

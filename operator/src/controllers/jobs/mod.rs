@@ -30,13 +30,13 @@ use crate::core::Core;
 use crate::core::action::Action;
 use crate::core::backoff::{Backoff, prune_periodically};
 use crate::core::clock::now_seconds;
-use crate::core::lock::locked;
-use crate::core::read::read_cached;
 use crate::core::run::Context;
 use crate::core::slim::SlimStore;
 use crate::core::status::{condition, set_condition};
-use crate::pool::LookupError;
+use crate::primitives::locked;
+use crate::primitives::read_cached;
 use crate::pv_drivers::PvDrivers;
+use crate::sidecars::pool::LookupError;
 
 /// The volume a job acts on.
 #[derive(Debug, Clone)]

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc;
 
-use crate::core::lock::locked;
+use crate::primitives::locked;
 
 /// A queued job: where to wake it.
 #[derive(Debug, Clone, PartialEq, Eq)]

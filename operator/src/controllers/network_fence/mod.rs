@@ -26,8 +26,8 @@ use crate::core::Core;
 use crate::core::action::Action;
 use crate::core::backoff::Retrying;
 use crate::core::status::{condition, set_condition};
-use crate::pool::{Connection, LookupError};
-use crate::sidecar_client::with_timeout;
+use crate::sidecars::client::with_timeout;
+use crate::sidecars::pool::{Connection, LookupError};
 
 const NAME: &str = "networkfence";
 /// Upstream's timeout of a fence or unfence call.

@@ -8,7 +8,7 @@ use api::csiaddons::{CSIAddonsNode, SIDECAR_POD_ANNOTATION};
 use kube::ResourceExt;
 
 use crate::core::backoff::Policy;
-use crate::pool::{EndpointError, Target, parse_endpoint};
+use crate::sidecars::pool::{EndpointError, Target, parse_endpoint};
 
 /// A connected sidecar is re-checked this often (upstream: 1 hour); no retry waits longer.
 pub const RECHECK: Duration = Duration::from_secs(3600);

@@ -11,8 +11,8 @@ use crate::controllers::network_fence_class::decide::{
     CLASS_NAMES_ANNOTATION, ClassParameterError, GET_CLIENTS_TO_FENCE, class_names, class_parameters,
 };
 use crate::core::Core;
-use crate::pool::Connection;
-use crate::sidecar_client::with_timeout;
+use crate::sidecars::client::with_timeout;
+use crate::sidecars::pool::Connection;
 
 /// Upstream sets none; a driver that never answers must not hold the reconciler forever.
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);

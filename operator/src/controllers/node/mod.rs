@@ -30,9 +30,9 @@ use crate::core::error::{Categorized, Category, kube_category};
 use crate::core::fingerprints::{Fingerprints, spec_and_annotations};
 use crate::core::run::Context;
 use crate::core::wakeups::Wakeups;
-use crate::idle_channel::IdleChannel;
-use crate::pool::{Connection, ResolveError, Target, pool_key, resolve};
-use crate::sidecar_client::{ClientError, with_timeout};
+use crate::sidecars::client::{ClientError, with_timeout};
+use crate::sidecars::idle_channel::IdleChannel;
+use crate::sidecars::pool::{Connection, ResolveError, Target, pool_key, resolve};
 
 const NAME: &str = "csiaddonsnode";
 const CAPABILITIES_TIMEOUT: Duration = Duration::from_secs(60);
@@ -145,7 +145,7 @@ pub async fn run(
     let prune = |ctx: &NodeContext, live: &std::collections::HashSet<String>| {
         ctx.state.retry.retain(live);
         ctx.state.fingerprints.retain(live);
-        crate::core::lock::locked(&ctx.state.roster.failed).retain(|uid| live.contains(uid));
+        crate::primitives::locked(&ctx.state.roster.failed).retain(|uid| live.contains(uid));
     };
     crate::core::backoff::prune_periodically(Arc::downgrade(&ctx), ctx.state.roster.store.clone(), prune);
     crate::core::run::run_controller(controller, ctx, NAME, stop, reconcile).await;

@@ -10,8 +10,8 @@ use kube::runtime::reflector::Store;
 use tokio::sync::mpsc;
 
 use crate::cache_ready::Ready;
-use crate::core::lock::locked;
-use crate::pool::Pool;
+use crate::primitives::locked;
+use crate::sidecars::pool::Pool;
 
 #[derive(Clone)]
 pub struct Roster {

@@ -21,7 +21,7 @@ use crate::core::action::Action;
 use crate::core::backoff::Retrying;
 use crate::core::error::{Categorized, Category, kube_category};
 use crate::core::patch::patch_merge;
-use crate::pool::{Connection, LookupError};
+use crate::sidecars::pool::{Connection, LookupError};
 
 pub mod decide;
 

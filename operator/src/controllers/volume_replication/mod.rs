@@ -28,9 +28,9 @@ use crate::core::Core;
 use crate::core::action::Action;
 use crate::core::backoff::Retrying;
 use crate::core::status::set_condition;
-use crate::pool::Connection;
-use crate::pool::LookupError;
-use crate::sidecar_client::with_timeout;
+use crate::sidecars::client::with_timeout;
+use crate::sidecars::pool::Connection;
+use crate::sidecars::pool::LookupError;
 
 const NAME: &str = "volumereplication";
 const CALL_TIMEOUT: Duration = Duration::from_secs(180);

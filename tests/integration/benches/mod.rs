@@ -1,0 +1,5 @@
+pub mod idle;
+pub mod jobs;
+pub mod manager;
+pub mod report;
+pub mod sidecar;

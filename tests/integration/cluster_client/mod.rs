@@ -1,0 +1,3 @@
+pub mod election;
+pub mod kubeconfig_loaders;
+pub mod routes;

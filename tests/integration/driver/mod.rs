@@ -1,0 +1,5 @@
+pub mod addons;
+pub mod operator;
+pub mod operator_credentials;
+pub mod sanity;
+pub mod volumes;

@@ -1,0 +1,10 @@
+pub mod driver;
+pub mod driver_operator;
+pub mod driver_process;
+pub mod manager;
+pub mod recording_driver;
+pub mod rig;
+pub mod sidecar;
+pub mod support;
+pub mod testenv_features;
+pub mod testenv_lifecycle;

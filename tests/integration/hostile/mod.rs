@@ -1,0 +1,2 @@
+pub mod crs;
+pub mod input;

@@ -1,0 +1,10 @@
+pub mod connections;
+pub mod dropin;
+pub mod fence;
+pub mod groups;
+pub mod jobs;
+pub mod process;
+pub mod replication;
+pub mod replication_conditions;
+pub mod schedules;
+pub mod sidecar_client;

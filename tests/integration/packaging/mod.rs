@@ -1,0 +1,9 @@
+pub mod admission;
+pub mod alerts;
+pub mod config;
+pub mod crd_compat;
+pub mod crds;
+pub mod deploy_manifests;
+pub mod fence_admission;
+pub mod helm_chart;
+pub mod rbac_boundaries;

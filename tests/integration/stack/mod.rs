@@ -1,0 +1,3 @@
+pub mod faults;
+pub mod interop;
+pub mod story;
