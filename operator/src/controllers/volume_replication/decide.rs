@@ -1,6 +1,6 @@
 //! What a VolumeReplication asks, decided without I/O: the calls for a desired state, the
-//! conditions each outcome sets (upstream's types, reasons and messages, see the README's
-//! "Replication conditions"), and the info-poll interval.
+//! conditions each outcome sets (upstream's types, reasons and messages, see "Replication
+//! conditions" in docs/volumereplication.md), and the info-poll interval.
 use std::collections::BTreeMap;
 use std::time::Duration;
 
