@@ -31,11 +31,14 @@ TEST_ENV = KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" CSI_SANITY="$$(hack/cs
 	PROMETHEUS_CRDS="$$(hack/prometheus-crds.sh)" PROMETHEUS_DEB_DIR="$$(hack/prometheus-deb.sh)" OPERATOR_SDK_DIR="$$(hack/operator-sdk.sh)" HELM="$$(hack/helm.sh)" \
 	CSI_PROVISIONER="$$(hack/csi-provisioner.sh)" FUTURE_SIZES="$$PWD/$(SHIP_DIR)/examples/future_sizes"
 
-test: control-plane test-peers ## Run every test: unit tests, then the suites on a real kube-apiserver + etcd
+test: ## Run every test: unit tests, then the suites on a real kube-apiserver + etcd
 	# The suites run the project's binaries as real processes: build them first. The reconcile
-	# futures' sizes are read in the shipped binaries' profile.
+	# futures' sizes are read in the shipped binaries' profile. The Rust builds come before the
+	# Go-built peers (TEST_ENV builds what the cache lacks), so that .ci/run's background build of
+	# the peers (hack/go-peers.sh) overlaps them.
 	$(CARGO) build --workspace --bins --locked
 	$(MAKE) --no-print-directory ship-binaries
+	$(CARGO) test --workspace --locked --no-run
 	$(TEST_ENV) $(CARGO) test --workspace --locked
 
 # test-one's test binary: empty for every binary of the workspace, or `cluster` for tests/cluster.
