@@ -13,6 +13,12 @@ SHIP_TARGET = $(eval SHIP_TARGET := $$(shell hack/static-target.sh))$(SHIP_TARGE
 SHIP_DIR = target/$(SHIP_TARGET)/ship
 SHIP_BINS = --bin csi-addons-manager --bin csi-addons-sidecar --bin csi-addons --bin reference-driver --bin csi-node-registrar --bin reference-driver-operator
 
+# The shipped builds the suites of `make test` read: the manager's and the sidecar's (their link-order
+# figures) and the futures' size probe. Each shipped binary's fat-LTO link takes minutes on two cores,
+# so `make test` links only these; the same packages are named, so the dependencies compile with the
+# same features, once, and a later `make ship-binaries` links the others from them.
+SHIP_TEST_BINS = --bin csi-addons-manager --bin csi-addons-sidecar
+
 ship-binaries: ## Build every shipped binary, static, in the one `ship` profile and one cargo call (and the futures' size probe in the same profile)
 	$(CARGO) build --profile ship --locked --target $(SHIP_TARGET) -p operator -p sidecar -p reference-driver -p driver-operator $(SHIP_BINS) --example future_sizes
 
@@ -37,16 +43,16 @@ test: ## Run every test: unit tests, then the suites on a real kube-apiserver + 
 	# Go-built peers (TEST_ENV builds what the cache lacks), so that .ci/run's background build of
 	# the peers (hack/go-peers.sh) overlaps them.
 	$(CARGO) build --workspace --bins --locked
-	$(MAKE) --no-print-directory ship-binaries
+	$(MAKE) --no-print-directory ship-binaries SHIP_BINS="$(SHIP_TEST_BINS)"
 	$(CARGO) test --workspace --locked --no-run
 	$(TEST_ENV) $(CARGO) test --workspace --locked
 
 # test-one's test binary: empty for every binary of the workspace, or `cluster` for tests/cluster.
 TEST ?=
-test-one: control-plane test-peers ## Run the tests whose names contain T (ignored ones too), with make test's environment: `make test-one T=manager_jobs::`; TEST=cluster runs tests/cluster's inside a running cluster (make cluster-start first)
+test-one: control-plane test-peers ## Run the tests whose names contain T (ignored ones too), with make test's environment: `make test-one T=manager::jobs::`; TEST=cluster runs tests/cluster's inside a running cluster (make cluster-start first)
 	@[ -n "$(T)" ] || { echo "test-one: say which tests: make test-one T=<part of a test's name> [TEST=cluster]" >&2; exit 2; }
 	$(CARGO) build --workspace --bins --locked
-	$(MAKE) --no-print-directory ship-binaries
+	$(MAKE) --no-print-directory ship-binaries SHIP_BINS="$(SHIP_TEST_BINS)"
 	@if [ "$(TEST)" = cluster ]; then \
 	  [ -e /run/netns/$${CLUSTER_NETNS:-csi-addons-cluster} ] || { echo "test-one: no cluster is running: make cluster-start first" >&2; exit 1; }; \
 	  set -x; hack/cluster.sh exec env HELM="$$(hack/helm.sh)" OPERATOR_SDK_DIR="$$(hack/operator-sdk.sh)" NEXT_VERSION=$(NEXT_VERSION) $(CARGO) test --offline --locked -p integration-tests --test cluster -- --include-ignored --test-threads=1 --nocapture "$(T)"; \

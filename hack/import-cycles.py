@@ -256,8 +256,9 @@ def main():
     show_edges = "--edges" in args
     args = [a for a in args if a != "--edges"]
     if args[:1] == ["--workspace"] and len(args) <= 2:
-        root = args[1] if len(args) == 2 else "."
-        sources = [os.path.relpath(s) for s in workspace_sources(root)]
+        # Paths are printed from the workspace's root, wherever this runs from.
+        os.chdir(args[1] if len(args) == 2 else ".")
+        sources = [os.path.relpath(s) for s in workspace_sources(".")]
     elif len(args) == 1 and not args[0].startswith("--"):
         sources = [args[0].rstrip("/")]
     else:
