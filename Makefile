@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 
-.PHONY: test-one cluster-start cluster-tests cluster-faults cluster-driver-operator cluster-rbac-audit olm-start olm-tests prometheus-tests test-all code-order test-faults-cluster olm-up prometheus-up operatorhub freeze-release test-olm demo-cluster cluster-up cluster-down cluster-install test-cluster ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
+.PHONY: test-shipped test-one cluster-start cluster-tests cluster-faults cluster-driver-operator cluster-rbac-audit olm-start olm-tests prometheus-tests test-all code-order test-faults-cluster olm-up prometheus-up operatorhub freeze-release test-olm demo-cluster cluster-up cluster-down cluster-install test-cluster ship-binaries fuzz test-interop demo-down bundle bundle-validate bundle-build helm-template all build test bench test-faults test-peers lint manifests check-manifests control-plane protos demo fmt clippy help docker-build kustomize-build deploy-yamls
 
 all: build
 
@@ -13,14 +13,15 @@ SHIP_TARGET = $(eval SHIP_TARGET := $$(shell hack/static-target.sh))$(SHIP_TARGE
 SHIP_DIR = target/$(SHIP_TARGET)/ship
 SHIP_BINS = --bin csi-addons-manager --bin csi-addons-sidecar --bin csi-addons --bin reference-driver --bin csi-node-registrar --bin reference-driver-operator
 
-# The shipped builds the suites of `make test` read: the manager's and the sidecar's (their link-order
-# figures) and the futures' size probe. Each shipped binary's fat-LTO link takes minutes on two cores,
-# so `make test` links only these; the same packages are named, so the dependencies compile with the
-# same features, once, and a later `make ship-binaries` links the others from them.
-SHIP_TEST_BINS = --bin csi-addons-manager --bin csi-addons-sidecar
+# The musl targets' linker, at one path per machine (hack/ship-linker.sh says why): cargo's cached
+# output of the shipped build then serves every clone.
+SHIP_LINKER_ENV = $(if $(filter %-musl,$(SHIP_TARGET)),CARGO_TARGET_$(shell echo '$(SHIP_TARGET)' | tr 'a-z-' 'A-Z_')_LINKER="$$(hack/ship-linker.sh)" CSI_ADDONS_LINK_ORDERED="$(CURDIR)/hack/link-ordered.sh")
 
 ship-binaries: ## Build every shipped binary, static, in the one `ship` profile and one cargo call (and the futures' size probe in the same profile)
-	$(CARGO) build --profile ship --locked --target $(SHIP_TARGET) -p operator -p sidecar -p reference-driver -p driver-operator $(SHIP_BINS) --example future_sizes
+	$(SHIP_LINKER_ENV) $(CARGO) build --profile ship --locked --target $(SHIP_TARGET) -p operator -p sidecar -p reference-driver -p driver-operator $(SHIP_BINS) --example future_sizes
+
+test-shipped: ship-binaries ## The checks of the shipped build itself: the reconcile futures' sizes in its profile, and its linker's code order (build/code-order/ still names its functions)
+	FUTURE_SIZES="$$PWD/$(SHIP_DIR)/examples/future_sizes" $(CARGO) test --locked -p integration-tests --test checks shipped:: -- --ignored
 
 code-order: control-plane ## Profile the manager and sidecar under callgrind in the benchmark's parts and rewrite build/code-order/ (the functions the shipped link puts first; about 10 min)
 	hack/code-order.sh
@@ -35,15 +36,14 @@ build: ## Build every crate (debug)
 # the cache) and the futures' size probe. tests/README.md lists every variable the suites read.
 TEST_ENV = KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" CSI_SANITY="$$(hack/csi-sanity.sh)" KUSTOMIZE="$$(hack/kustomize.sh)" \
 	PROMETHEUS_CRDS="$$(hack/prometheus-crds.sh)" PROMETHEUS_DEB_DIR="$$(hack/prometheus-deb.sh)" OPERATOR_SDK_DIR="$$(hack/operator-sdk.sh)" HELM="$$(hack/helm.sh)" \
-	CSI_PROVISIONER="$$(hack/csi-provisioner.sh)" FUTURE_SIZES="$$PWD/$(SHIP_DIR)/examples/future_sizes"
+	CSI_PROVISIONER="$$(hack/csi-provisioner.sh)"
 
 test: ## Run every test: unit tests, then the suites on a real kube-apiserver + etcd
-	# The suites run the project's binaries as real processes: build them first. The reconcile
-	# futures' sizes are read in the shipped binaries' profile. The Rust builds come before the
-	# Go-built peers (TEST_ENV builds what the cache lacks), so that .ci/run's background build of
-	# the peers (hack/go-peers.sh) overlaps them.
+	# The suites run the project's binaries as real processes: build them first. The Rust builds
+	# come before the Go-built peers (TEST_ENV builds what the cache lacks), so that .ci/run's
+	# background build of the peers (hack/go-peers.sh) overlaps them. The shipped build's own checks
+	# are `make test-shipped`'s: its fat-LTO build alone took 28 min of a cold run.
 	$(CARGO) build --workspace --bins --locked
-	$(MAKE) --no-print-directory ship-binaries SHIP_BINS="$(SHIP_TEST_BINS)"
 	$(CARGO) test --workspace --locked --no-run
 	$(TEST_ENV) $(CARGO) test --workspace --locked
 
@@ -52,7 +52,6 @@ TEST ?=
 test-one: control-plane test-peers ## Run the tests whose names contain T (ignored ones too), with make test's environment: `make test-one T=manager::jobs::`; TEST=cluster runs tests/cluster's inside a running cluster (make cluster-start first)
 	@[ -n "$(T)" ] || { echo "test-one: say which tests: make test-one T=<part of a test's name> [TEST=cluster]" >&2; exit 2; }
 	$(CARGO) build --workspace --bins --locked
-	$(MAKE) --no-print-directory ship-binaries SHIP_BINS="$(SHIP_TEST_BINS)"
 	@if [ "$(TEST)" = cluster ]; then \
 	  [ -e /run/netns/$${CLUSTER_NETNS:-csi-addons-cluster} ] || { echo "test-one: no cluster is running: make cluster-start first" >&2; exit 1; }; \
 	  set -x; hack/cluster.sh exec env HELM="$$(hack/helm.sh)" OPERATOR_SDK_DIR="$$(hack/operator-sdk.sh)" NEXT_VERSION=$(NEXT_VERSION) $(CARGO) test --offline --locked -p integration-tests --test cluster -- --include-ignored --test-threads=1 --nocapture "$(T)"; \

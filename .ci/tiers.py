@@ -25,6 +25,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+CARGO_KEY = ""  # set by main: cargo_key() runs rustc and cargo
 SUITES = ROOT / ".ci" / "suites.toml"
 CACHE = Path(os.environ.get("CSI_ADDONS_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "csi-addons-rs")
 STAMPS = CACHE / "ci" / "passed"
@@ -45,7 +46,7 @@ def load():
             sys.exit(f"tiers: {SUITES}: two suites are named {suite['name']}")
         if suite.get("cluster") and suite["cluster"] not in clusters:
             sys.exit(f"tiers: {SUITES}: {suite['name']} runs on cluster {suite['cluster']}, which is not described")
-        for before in suite.get("after", []):
+        for before in suite.get("after", []) + clusters.get(suite.get("cluster"), {}).get("after", []):
             if before not in names:
                 sys.exit(f"tiers: {SUITES}: {suite['name']} comes after {before}, which is not listed before it")
         names.add(suite["name"])
@@ -55,9 +56,19 @@ def load():
     return spec["budget_s"], spec["suite"], clusters
 
 
-def stamp_key(item):
-    """What a warm stamp must match: the contents of the scripts that build what the item needs."""
+def cargo_key():
+    """What decides whether cargo's cached output serves a build (.ci/run keys its cache alike)."""
     digest = hashlib.sha256()
+    for command in (["rustc", "-vV"], ["cargo", "-V"]):
+        digest.update(subprocess.run(command, capture_output=True, check=True).stdout)
+    for name in ("Cargo.lock", ".cargo/config.toml"):
+        digest.update((ROOT / name).read_bytes())
+    return digest.hexdigest()
+
+
+def stamp_key(item):
+    """What a warm stamp must match: cargo's key and the scripts that build what the item needs."""
+    digest = hashlib.sha256(CARGO_KEY.encode())
     for name in item.get("inputs", []):
         digest.update(name.encode() + b"\0")
         digest.update((ROOT / name).read_bytes())
@@ -165,9 +176,11 @@ class Run:
             parts.append(f"cluster {name}'s start {start} s {'warm' if start_warm else 'cold'}")
         return total, " + ".join(parts)
 
-    def run_suite(self, suite, timed_out_ok):
+    def run_suite(self, suite, timed_out_ok, only):
         name = suite["name"]
-        missing = [b for b in suite.get("after", []) if self.results.get(b, ("",))[0] not in ("ran", "failed")]
+        after = suite.get("after", []) + self.clusters.get(suite.get("cluster"), {}).get("after", [])
+        selected = [b for b in after if only is None or b in only]
+        missing = [b for b in selected if self.results.get(b, ("",))[0] not in ("ran", "failed")]
         if missing:
             why = "not run for time" if all(self.results.get(b, ("",))[0] == "not run for time" for b in missing) else "not run"
             self.results[name] = (why, f"{why}: it reads what {', '.join(missing)} did, which did not run")
@@ -201,7 +214,7 @@ class Run:
                 if self.up and suite.get("cluster") != self.up:
                     self.stop_cluster()
                 core = suite.get("core", False)
-                self.run_suite(suite, timed_out_ok=not (core or all_tiers or only is not None))
+                self.run_suite(suite, not (core or all_tiers or only is not None), only)
         finally:
             self.stop_cluster()
         return self.report(only)
@@ -288,6 +301,8 @@ def main(argv):
         if i + 1 >= len(argv):
             sys.exit("tiers: --only needs a comma-separated list of tiers")
         only = set(argv[i + 1].split(","))
+    global CARGO_KEY
+    CARGO_KEY = cargo_key()
     budget, suites, clusters = load()
     unknown = (only or set()) - {s["name"] for s in suites}
     if unknown:
