@@ -89,6 +89,9 @@ pub struct PodIp {
 pub struct PodIpStatus {
     #[serde(rename = "podIP")]
     pub pod_ip: Option<String>,
+    /// Said when the Pod has no IP yet (`Pending` while its sandbox starts).
+    #[serde(default)]
+    pub phase: Option<String>,
 }
 
 /// A UUID in its canonical text form (`xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, lower-case hex, as

@@ -13,7 +13,7 @@ use std::sync::{Arc, RwLock};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 
-use crate::compact::PodIp;
+use crate::compact::{PodIp, PodIpStatus};
 use crate::primitives::read_cached;
 use crate::sidecars::idle_channel::IdleChannel;
 use crate::sidecars::lease_holders::{LeaseHolders, trusted_for};
@@ -88,8 +88,8 @@ pub enum ResolveError {
     },
     #[error("Pod {namespace}/{name} does not exist")]
     NoPod { namespace: String, name: String },
-    #[error("Pod {namespace}/{name} has no IP yet")]
-    NoIp { namespace: String, name: String },
+    #[error("Pod {namespace}/{name} has no IP yet (phase {phase})")]
+    NoIp { namespace: String, name: String, phase: String },
     #[error("Pod {namespace}/{name} has IP {ip:?}")]
     BadIp { namespace: String, name: String, ip: String },
 }
@@ -110,8 +110,10 @@ pub async fn resolve(client: &kube::Client, target: &Target) -> Result<String, R
                 Ok(None) => return Err(ResolveError::NoPod { namespace, name }),
                 Err(source) => return Err(ResolveError::ReadPod { namespace, name, source }),
             };
-            let Some(ip) = pod.status.and_then(|s| s.pod_ip).filter(|ip| !ip.is_empty()) else {
-                return Err(ResolveError::NoIp { namespace, name });
+            let status = pod.status.unwrap_or(PodIpStatus { pod_ip: None, phase: None });
+            let Some(ip) = status.pod_ip.filter(|ip| !ip.is_empty()) else {
+                let phase = status.phase.unwrap_or_else(|| "unknown".to_owned());
+                return Err(ResolveError::NoIp { namespace, name, phase });
             };
             match ip.parse::<IpAddr>() {
                 Ok(ip) => Ok(socket_address(ip, *port)),

@@ -199,10 +199,13 @@ async fn an_unreachable_sidecar_is_retried_with_growing_waits_then_its_node_obje
 }
 
 /// Upstream's sidecars register `pod://<pod>.<namespace>:<port>`: the manager dials the Pod's IP
-/// (`status.podIP`), and says so when the Pod has none.
+/// (`status.podIP`). While the Pod has none it says so and waits: a Pod still starting is no failed
+/// attempt, so however long the wait, the CSIAddonsNode is not deleted as an unreachable one is.
 #[tokio::test]
-async fn a_pod_endpoint_is_dialled_at_the_pods_ip() {
-    let stage = Stage::new("pod-endpoint", &["service.NODE_SERVICE", "reclaim_space.ONLINE"]).await;
+async fn a_pod_endpoint_is_dialled_at_the_pods_ip_and_a_pod_without_one_uses_up_no_retry() {
+    // Retries 1 s, 2 s, 4 s apart: counted, the attempts would have ended in deletion in 7 s.
+    let flags = ["--csi-addons-node-retry-delay=1"];
+    let stage = Stage::with_flags("pod-endpoint", &["service.NODE_SERVICE", "reclaim_space.ONLINE"], &flags).await;
     let sidecar = stage.sidecar(NODE).await;
     let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(stage.client.clone(), &stage.namespace);
     let pod = pods.list(&Default::default()).await.unwrap().items.remove(0).metadata.name.unwrap();
@@ -219,6 +222,13 @@ async fn a_pod_endpoint_is_dialled_at_the_pods_ip() {
         (status["state"].as_str().unwrap_or_default().to_owned(), status["message"].to_string())
     };
     stage.manager.eventually("no IP yet, said", async |_| state(&nodes).await.1.contains("has no IP yet")).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let waiting = nodes.get_opt("via-pod").await.unwrap().expect("the CSIAddonsNode is kept while its Pod has no IP");
+    let status = &waiting.data["status"];
+    assert_eq!(status["state"], "Retrying", "{status}");
+    assert!(status.get("retries").is_none(), "waiting for an IP counted as failed attempts: {status}");
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(message.contains("phase Pending") && message.contains("not counted as a failed attempt"), "{message}");
     let ip = json!({"status": {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}});
     pods.patch_status(&pod, &Default::default(), &kube::api::Patch::Merge(&ip)).await.unwrap();
     stage.manager.eventually("Connected through the Pod's IP", async |_| state(&nodes).await.0 == "Connected").await;

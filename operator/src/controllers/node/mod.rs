@@ -230,6 +230,17 @@ pub(crate) async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<NodeContext>) -
             ctx.state.checks.after(&namespace, &name, RECHECK);
             Ok(Action::await_change())
         }
+        Err(ConnectError::Resolve(why @ ResolveError::NoIp { .. })) => {
+            // A Pod without an IP is still starting (its sandbox not up yet): waiting for it is
+            // no failed attempt, so a slow start never uses up the retries that end in deletion.
+            // The count so far stays as it was; the pass comes back after the first retry delay.
+            let message = format!("Waiting for the sidecar's address: {why}; not counted as a failed attempt");
+            tracing::info!(node = %format!("{namespace}/{name}"), %message);
+            let retries = node.status.as_ref().and_then(|s| s.retries).and_then(|n| u32::try_from(n).ok());
+            let status = NodeStatus { state: RETRYING, message: &message, retries, capabilities: None };
+            write_state(&ctx, &node, status, None).await?;
+            Ok(Action::requeue(retry_policy(ctx.settings().csi_addons_node_retry_delay).delay(1)))
+        }
         Err(why) => {
             // A connection dialled under trust that no longer holds (a CA that appeared, changed or
             // broke) is not left for other callers while this one retries.
