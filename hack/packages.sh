@@ -9,13 +9,14 @@
 #   busybox-static   the shell and httpd of the cluster's check Pods, one static binary
 #   buildah          builds the product's images from its Dockerfiles with no container daemon
 #   debootstrap      makes the reference driver image's Debian root filesystem (no Docker Hub here)
+#   logrotate        rotates the sidecar's --log_file as the projects that run it do (copytruncate)
 # Debian's Prometheus is downloaded, not installed (hack/prometheus-deb.sh): installing it would
 # start a server on the host's interfaces.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 . "$here/lib.sh"
-packages=(musl-tools libseccomp-dev iptables conntrack busybox-static buildah debootstrap)
+packages=(musl-tools libseccomp-dev iptables conntrack busybox-static buildah debootstrap logrotate)
 if [ $# -gt 0 ]; then
   for p in "$@"; do
     [[ " ${packages[*]} " == *" $p "* ]] || { log "$p is not one of the project's packages (${packages[*]})"; exit 2; }

@@ -49,6 +49,58 @@ pub fn flags_without_env(command: &clap::Command) -> Vec<String> {
         .collect()
 }
 
+/// controller-runtime's zap flags besides the level (which each binary reads its own way), as
+/// upstream's manager and sidecar register them; flattened into both command lines. Only
+/// `--zap-encoder=json` changes anything (JSON lines); the rest are accepted without effect.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ZapFlags {
+    #[arg(long = "zap-devel", hide = true, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub zap_devel: Option<bool>,
+    #[arg(long = "zap-encoder", hide = true)]
+    pub zap_encoder: Option<String>,
+    #[arg(long = "zap-stacktrace-level", hide = true)]
+    pub zap_stacktrace_level: Option<String>,
+    #[arg(long = "zap-time-encoding", hide = true)]
+    pub zap_time_encoding: Option<String>,
+}
+
+impl ZapFlags {
+    /// `--zap-encoder=json`.
+    pub fn json(&self) -> bool {
+        self.zap_encoder.as_deref() == Some("json")
+    }
+}
+
+/// klog's flags (`klog.InitFlags`) but `-v` and `--log_file`, which the sidecar reads itself:
+/// upstream's v0.14.0 sidecar registers them all, its main branch keeps `--logtostderr` and
+/// `--alsologtostderr` as no-ops. Accepted without effect: the log always goes to stderr, and the
+/// rotation klog's file flags set up is logrotate's job.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct KlogFlags {
+    #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub logtostderr: Option<bool>,
+    #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub alsologtostderr: Option<bool>,
+    #[arg(long = "log_dir", hide = true)]
+    pub log_dir: Option<String>,
+    #[arg(long = "log_file_max_size", hide = true)]
+    pub log_file_max_size: Option<u64>,
+    #[arg(long = "log_backtrace_at", hide = true)]
+    pub log_backtrace_at: Option<String>,
+    #[arg(long, hide = true)]
+    pub vmodule: Option<String>,
+    #[arg(long, hide = true)]
+    pub stderrthreshold: Option<String>,
+    #[arg(long = "skip_headers", hide = true, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub skip_headers: Option<bool>,
+    #[arg(long = "skip_log_headers", hide = true, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub skip_log_headers: Option<bool>,
+    #[arg(long = "one_output", hide = true, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub one_output: Option<bool>,
+    #[arg(long = "add_dir_header", hide = true, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub add_dir_header: Option<bool>,
+}
+
 /// A flag value that is not what Go's flag package would take.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GoValueError {

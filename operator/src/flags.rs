@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use clap::Parser;
+use tracing_subscriber::filter::LevelFilter;
 
 /// A flag or ConfigMap value the setting does not take.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -158,14 +159,8 @@ pub struct ManagerCli {
     /// debug, info, error, or a number (higher is more verbose).
     #[arg(long = "zap-log-level", short = 'v', alias = "v", env = "ZAP_LOG_LEVEL", default_value = "info")]
     pub zap_log_level: String,
-    #[arg(long = "zap-devel", hide = true, num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
-    pub zap_devel: Option<bool>,
-    #[arg(long = "zap-encoder", hide = true)]
-    pub zap_encoder: Option<String>,
-    #[arg(long = "zap-stacktrace-level", hide = true)]
-    pub zap_stacktrace_level: Option<String>,
-    #[arg(long = "zap-time-encoding", hide = true)]
-    pub zap_time_encoding: Option<String>,
+    #[command(flatten)]
+    pub zap: go_flags::ZapFlags,
     /// Accepted and ignored (Go runtime tuning).
     #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
     pub automaxprocs: Option<bool>,
@@ -205,23 +200,19 @@ impl ManagerCli {
 
     /// The tracing level for `--zap-log-level` / `-v`: zap's names, or a number (0 info,
     /// 1–4 debug, ≥ 5 trace); `None` for anything else.
-    pub fn log_level(&self) -> Option<&'static str> {
-        match self.zap_log_level.trim() {
-            "error" | "panic" | "dpanic" | "fatal" => Some("error"),
-            "warn" => Some("warn"),
-            "info" | "0" => Some("info"),
-            "debug" => Some("debug"),
-            n => match n.parse::<u8>() {
-                Ok(1..=4) => Some("debug"),
-                Ok(_) => Some("trace"),
-                Err(_) => None,
-            },
-        }
+    pub fn log_level(&self) -> Option<LevelFilter> {
+        runtime_support::logging::named_level(&self.zap_log_level).or_else(|| {
+            match self.zap_log_level.trim().parse::<u8>().ok()? {
+                0 => Some(LevelFilter::INFO),
+                1..=4 => Some(LevelFilter::DEBUG),
+                _ => Some(LevelFilter::TRACE),
+            }
+        })
     }
 
     /// Whether logs are JSON: `--log-json`, or zap's `--zap-encoder=json`.
     pub fn json_logs(&self) -> bool {
-        self.log_json || self.zap_encoder.as_deref() == Some("json")
+        self.log_json || self.zap.json()
     }
 }
 
@@ -252,7 +243,7 @@ mod tests {
         assert!(cli.leader_elect);
         assert_eq!(cli.metrics_bind_address, ":8443");
         assert_eq!(cli.max_group_pvc, 50);
-        assert_eq!(cli.log_level(), Some("debug"));
+        assert_eq!(cli.log_level(), Some(LevelFilter::DEBUG));
     }
 
     #[test]
@@ -271,7 +262,7 @@ mod tests {
         assert_eq!(cli.cronjob_stagger_window, 2);
         assert_eq!(cli.volume_health_cleanup_interval, Duration::from_secs(1800));
         assert_eq!(cli.volume_health_stale_threshold, Duration::from_secs(7200));
-        assert_eq!(cli.log_level(), Some("info"));
+        assert_eq!(cli.log_level(), Some(LevelFilter::INFO));
     }
 
     #[test]
@@ -294,7 +285,7 @@ mod tests {
             parse(&["--schedule-precedence=sc-only"]).unwrap().schedule_precedence,
             SchedulePrecedence::StorageClass
         );
-        assert_eq!(parse(&["-v=3"]).unwrap().log_level(), Some("debug"));
+        assert_eq!(parse(&["-v=3"]).unwrap().log_level(), Some(LevelFilter::DEBUG));
         // Zero is upstream's documented way to turn the stagger off.
         assert_eq!(parse(&["--cronjob-stagger-window=0"]).unwrap().cronjob_stagger_window, 0);
         assert!(parse(&["--cronjob-stagger-window=-1"]).is_err());

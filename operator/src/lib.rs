@@ -26,9 +26,7 @@ pub fn run(cli: ManagerCli) -> anyhow::Result<()> {
     let Some(level) = cli.log_level() else {
         anyhow::bail!("--zap-log-level {:?}: use debug, info, error or a number", cli.zap_log_level);
     };
-    // log_level's names are all LevelFilter's.
-    let level = level.parse().unwrap_or(tracing_subscriber::filter::LevelFilter::INFO);
-    runtime_support::logging::init(level, cli.json_logs());
+    runtime_support::logging::init(level, cli.json_logs(), None);
     // One thread: the manager waits on the network; a single thread keeps one allocator arena and
     // no cross-thread hand-offs (memory is what a cluster-wide controller costs its users).
     let runtime =

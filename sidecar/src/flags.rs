@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use clap::Parser;
+use tracing_subscriber::filter::LevelFilter;
 
 fn duration(text: &str) -> Result<Duration, go_flags::GoValueError> {
     go_flags::parse_go_duration(text)
@@ -10,6 +11,19 @@ fn duration(text: &str) -> Result<Duration, go_flags::GoValueError> {
 
 fn boolean(text: &str) -> Result<bool, go_flags::GoValueError> {
     go_flags::parse_go_bool(text)
+}
+
+/// klog's `-v=N` as v0.14.0 took it, or a zap level name as upstream's main takes it.
+fn log_level(text: &str) -> Result<LevelFilter, String> {
+    if let Some(level) = runtime_support::logging::named_level(text) {
+        return Ok(level);
+    }
+    match text.trim().parse::<u32>() {
+        Ok(0..=3) => Ok(LevelFilter::INFO),
+        Ok(4 | 5) => Ok(LevelFilter::DEBUG),
+        Ok(_) => Ok(LevelFilter::TRACE),
+        Err(_) => Err(format!("{text:?} is neither a verbosity number nor one of error, warn, info, debug")),
+    }
 }
 
 /// Command line of `csi-addons-sidecar`.
@@ -85,21 +99,28 @@ pub struct SidecarCli {
     #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
     pub automaxprocs: Option<bool>,
 
-    // ---- logging: klog's and zap's flags are accepted; -v maps to our level ----
-    /// Log verbosity (klog's -v): 0 info, ≥ 4 debug, ≥ 6 trace.
-    #[arg(short = 'v', long = "v", env = "LOG_VERBOSITY", default_value_t = 0)]
-    pub verbosity: u8,
-    /// Accepted for compatibility (logs always go to stderr).
-    #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
-    pub logtostderr: Option<bool>,
-    #[arg(long = "log_file", hide = true)]
-    pub log_file: Option<String>,
-    #[arg(long, hide = true)]
-    pub vmodule: Option<String>,
-    #[arg(long = "zap-log-level", hide = true)]
-    pub zap_log_level: Option<String>,
-    #[arg(long = "zap-devel", hide = true, num_args = 0..=1, default_missing_value = "true", value_parser = boolean)]
-    pub zap_devel: Option<bool>,
+    // ---- logging: the union of upstream's two generations. v0.14.0 took klog's whole set
+    // (klog.InitFlags), its main branch takes controller-runtime's zap flags with `-v` as an alias
+    // of --zap-log-level, `--logtostderr` and `--alsologtostderr` as no-ops and `--log_file` as a
+    // second destination. Projects that turn on log rotation (ceph-csi-operator, Rook) pass
+    // `--logtostderr=false --alsologtostderr=true --log_file=…`: all of it must start us. ----
+    /// Log level: klog's number (0–3 info, 4 and 5 debug, 6 and more trace) or zap's name (error,
+    /// warn, info, debug); `--zap-log-level` is the same flag.
+    #[arg(short = 'v', long = "v", alias = "zap-log-level", env = "LOG_VERBOSITY", default_value = "0", value_parser = log_level)]
+    pub verbosity: LevelFilter,
+    /// Also write the log to this file (appended; a relative path is from the working directory),
+    /// as upstream's newest sidecar does; logrotate's `copytruncate` keeps working.
+    #[arg(long = "log_file", env = "LOG_FILE")]
+    pub log_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub klog: go_flags::KlogFlags,
+    #[command(flatten)]
+    pub zap: go_flags::ZapFlags,
+
+    /// The kubeconfig to use (controller-runtime's flag, which v0.14.0 registers); without it
+    /// KUBECONFIG (a list of files, merged), then the Pod's service account, then ~/.kube/config.
+    #[arg(long, env = "CSI_ADDONS_KUBECONFIG")]
+    pub kubeconfig: Option<std::path::PathBuf>,
 
     // ---- ours ----
     /// Certificate to serve (a mounted Secret; reloaded when it changes). Without it and with
@@ -138,6 +159,11 @@ pub struct SidecarCli {
 }
 
 impl SidecarCli {
+    /// Whether logs are JSON: `--log-json`, or zap's `--zap-encoder=json`.
+    pub fn json_logs(&self) -> bool {
+        self.log_json || self.zap.json()
+    }
+
     /// Parses the process's arguments, accepting Go-style single-dash flags.
     pub fn parse_args() -> Self {
         use clap::CommandFactory;
@@ -179,7 +205,68 @@ mod tests {
         assert_eq!(cli.controller_port, "9070");
         assert_eq!(cli.leader_election_lease_duration, Duration::from_secs(137));
         assert!(!cli.enable_auth);
-        assert_eq!(cli.verbosity, 0);
+        assert_eq!(cli.verbosity, LevelFilter::INFO);
+    }
+
+    /// Every flag of upstream's two sidecars, v0.14.0's (`-help`: klog's and zap's whole sets) and
+    /// its main branch's (`sidecar/main.go`: zap's, the TLS settings and the kept klog ones), each
+    /// with a value of its type, as Go would take it.
+    #[test]
+    fn every_flag_of_upstreams_v0_14_0_and_main_branch_sidecars_is_accepted() {
+        let booleans = ["add_dir_header", "alsologtostderr", "automaxprocs", "enable-auth", "enable-volume-condition"];
+        let booleans =
+            booleans.iter().chain(&["logtostderr", "one_output", "skip_headers", "skip_log_headers", "zap-devel"]);
+        let durations = ["leader-election-lease-duration", "leader-election-renew-deadline"];
+        let durations =
+            durations.iter().chain(&["leader-election-retry-period", "timeout", "volume-condition-interval"]);
+        let valued = [
+            ("controller-ip", "10.0.0.1"),
+            ("controller-port", "9070"),
+            ("csi-addons-address", "/csi/csi-addons.sock"),
+            ("kubeconfig", "/etc/kubeconfig"),
+            ("leader-election-namespace", "rook-ceph"),
+            ("log_backtrace_at", "main.go:42"),
+            ("log_dir", "/var/log/csi"),
+            ("log_file", "csi-logs/csi-addons.log"),
+            ("log_file_max_size", "1800"),
+            ("namespace", "rook-ceph"),
+            ("node-id", "worker-1"),
+            ("pod", "csi-rbdplugin-x2x7m"),
+            ("pod-uid", "0b6c2f0e-6f7d-4c2e-9d8c-2b8a6f0e1c3d"),
+            ("stagingpath", "/var/lib/kubelet/plugins/kubernetes.io/csi/"),
+            ("stderrthreshold", "ERROR"),
+            ("tls-cipher-suites", "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"),
+            ("tls-curve-preferences", "X25519"),
+            ("tls-min-version", "VersionTLS12"),
+            ("v", "5"),
+            ("vmodule", "server=4"),
+            ("volume-condition-recorders", "log,pvcEvent"),
+            ("zap-encoder", "json"),
+            ("zap-log-level", "debug"),
+            ("zap-stacktrace-level", "error"),
+            ("zap-time-encoding", "iso8601"),
+        ];
+        let lines = booleans
+            .map(|name| format!("-{name}=true"))
+            .chain(durations.map(|name| format!("-{name}=30s")))
+            .chain(valued.iter().map(|(name, value)| format!("-{name}={value}")));
+        for line in lines {
+            assert!(parse(&[&line]).is_ok(), "{line}: {}", parse(&[&line]).unwrap_err());
+        }
+    }
+
+    #[test]
+    fn ceph_csi_operators_log_rotation_arguments_log_to_the_file_and_zap_level_names_set_the_level() {
+        let args = ["--v=5", "--logtostderr=false", "--alsologtostderr=true", "--log_file=csi-logs/csi-addons.log"];
+        let cli = parse(&args).unwrap();
+        assert_eq!(cli.log_file.as_deref(), Some(std::path::Path::new("csi-logs/csi-addons.log")));
+        assert_eq!(cli.verbosity, LevelFilter::DEBUG);
+        assert_eq!(parse(&["-v=debug"]).unwrap().verbosity, LevelFilter::DEBUG);
+        assert_eq!(parse(&["--zap-log-level=error"]).unwrap().verbosity, LevelFilter::ERROR);
+        assert_eq!(parse(&["-v=7"]).unwrap().verbosity, LevelFilter::TRACE);
+        assert!(parse(&["-zap-encoder=json"]).unwrap().json_logs());
+        let refused = parse(&["-v=loud"]).unwrap_err().to_string();
+        assert!(refused.contains("neither a verbosity number nor one of error, warn, info, debug"), "{refused}");
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub use flags::SidecarCli;
 /// Runs the sidecar on one thread: it relays calls and waits on the network, so more threads
 /// would buy nothing but memory (each thread that allocates gets its own malloc arena).
 pub fn run_sidecar(cli: SidecarCli) -> Result<(), run::SidecarError> {
-    run::init_logging(cli.verbosity, cli.log_json);
+    run::init_logging(&cli)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .max_blocking_threads(2)
         .enable_all()

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tracing_subscriber::filter::LevelFilter;
 
 use crate::driver::{DriverConnection, DriverInfo, DriverState, Probing};
 use crate::flags::SidecarCli;
@@ -51,20 +50,31 @@ pub enum SidecarError {
     DriverLost(crate::driver::Unusable),
     #[error("starting the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    #[error("opening --log_file {path}: {source}")]
+    LogFile {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Recorder(#[from] crate::condition::UnknownRecorder),
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
 }
 
-/// Logs to stderr, plain or JSON; klog's `-v` picks the level unless RUST_LOG is set.
-pub fn init_logging(verbosity: u8, json: bool) {
-    let level = match verbosity {
-        0..=3 => LevelFilter::INFO,
-        4 | 5 => LevelFilter::DEBUG,
-        _ => LevelFilter::TRACE,
+/// Logs to stderr, plain or JSON, and to `--log_file` too when given; `-v` picks the level unless
+/// RUST_LOG is set. A log file that cannot be opened stops the start, as upstream's does: a
+/// rotation set up for a file that stays empty would hide the sidecar's log from whoever reads it.
+pub fn init_logging(cli: &SidecarCli) -> Result<(), SidecarError> {
+    let file = match &cli.log_file {
+        Some(path) if !path.as_os_str().is_empty() => Some(
+            runtime_support::logging::append_to(path)
+                .map_err(|source| SidecarError::LogFile { path: path.display().to_string(), source })?,
+        ),
+        _ => None,
     };
-    runtime_support::logging::init(level, json);
+    runtime_support::logging::init(cli.verbosity, cli.json_logs(), file);
+    Ok(())
 }
 
 /// The listening address and the downward-API identity, checked before anything starts.
@@ -122,7 +132,7 @@ pub async fn run(cli: SidecarCli) -> Result<(), SidecarError> {
     let metrics = Metrics::new()?;
     let client = cluster_client::client(
         &cluster_client::user_agent("csi-addons-sidecar", env!("CARGO_PKG_VERSION")),
-        None,
+        cli.kubeconfig.as_deref(),
         cluster_client::Options::default(),
     )
     .await

@@ -239,9 +239,18 @@ impl SidecarProcess {
     /// Runs the sidecar with exactly `args` (a project's command line), with the control plane's
     /// kubeconfig as its cluster access. It serves no HTTP: `port` and `http_port` are 0.
     pub fn verbatim(args: &[String]) -> Self {
+        Self::verbatim_in(args, None)
+    }
+
+    /// As `verbatim`, in working directory `cwd` (where relative paths such as `--log_file`'s
+    /// resolve, `/` in a container).
+    pub fn verbatim_in(args: &[String], cwd: Option<&std::path::Path>) -> Self {
         let log_dir = tempfile::tempdir().unwrap();
         let log = log_dir.path().join("sidecar.log");
         let mut command = Command::new(workspace_binary("csi-addons-sidecar"));
+        if let Some(cwd) = cwd {
+            command.current_dir(cwd);
+        }
         command
             .args(args)
             .env("KUBECONFIG", testenv::shared().kubeconfig_path())

@@ -2,7 +2,9 @@
 //! socket path and the port, in Pods named as those projects name them, behind our manager with
 //! the shipped defaults (TLS and tokens on): ceph-csi-operator's node plugin, whose Pod name holds
 //! the driver's dots, and Rook's two provisioner replicas with its leader-election flags. Each
-//! CSIAddonsNode connects and a ReclaimSpaceJob succeeds through it.
+//! CSIAddonsNode connects and a ReclaimSpaceJob succeeds through it. With log rotation on, the
+//! same command line with ceph-csi-operator's logging arguments writes its log to the file they
+//! name as well, and Debian's logrotate rotates it with `copytruncate`.
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Pod};
@@ -177,4 +179,57 @@ async fn rooks_provisioner_replicas_connect_and_the_leader_reclaims() {
     assert_eq!(status["result"], "Succeeded", "{status}");
     assert_eq!(driver.count("controller_reclaim_space"), 1);
     classes.delete(&class.metadata.name.unwrap(), &Default::default()).await.unwrap();
+}
+
+/// ceph-csi-operator with `spec.log.rotation` set: the csi-addons container gets
+/// `--logtostderr=false --alsologtostderr=true --log_file=csi-logs/csi-addons.log`, relative to the
+/// container's `/`, where the logs volume is mounted, and its log-rotator container runs logrotate
+/// over the folder. The sidecar starts, writes every line to stderr and to the file, and after a
+/// `copytruncate` rotation its next lines start the emptied file (no hole of the old size).
+#[tokio::test]
+async fn ceph_csi_operators_log_rotation_arguments_start_the_sidecar_and_logrotate_rotates_its_file() {
+    let deployment = Deployment::new("rook-ceph-logs").await;
+    let driver_name = "rook-ceph.rbd.csi.ceph.com";
+    let driver = RecordingDriver::start(driver_name, false, true);
+    driver.advertise(&["service.NODE_SERVICE", "reclaim_space.ONLINE"]);
+    let node = "worker-1";
+    let owner = (Workload::DaemonSet, "rook-ceph.rbd.csi.ceph.com-nodeplugin");
+    let pod = deployment.pod(node, owner, "rook-ceph.rbd.csi.ceph.com-nodeplugin-l0g5r").await;
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir(root.path().join("csi-logs")).unwrap();
+    let mut args = ceph_csi_operator_args(&pod, node, &driver.endpoint(), free_port());
+    args.extend(["--logtostderr=false".into(), "--alsologtostderr=true".into()]);
+    args.push("--log_file=csi-logs/csi-addons.log".into());
+    let mut sidecar = SidecarProcess::verbatim_in(&args, Some(root.path()));
+    deployment.connected(1).await;
+
+    let file = root.path().join("csi-logs/csi-addons.log");
+    let before = std::fs::read_to_string(&file).unwrap();
+    assert!(before.contains("registered"), "the log file lacks the registration:\n{before}");
+    for line in before.lines() {
+        assert!(sidecar.log().contains(line), "a line of the file is not on stderr: {line}");
+    }
+
+    let config = root.path().join("logrotate.conf");
+    let rules = "{\n  copytruncate\n  rotate 2\n  size 1\n  missingok\n  nocompress\n}\n";
+    std::fs::write(&config, format!("{}/csi-logs/*.log {rules}", root.path().display())).unwrap();
+    let state = root.path().join("logrotate.state");
+    let installed =
+        std::process::Command::new(integration_tests::root().join("hack/packages.sh")).arg("logrotate").status();
+    assert!(installed.is_ok_and(|s| s.success()), "hack/packages.sh logrotate failed");
+    let rotated = std::process::Command::new("logrotate")
+        .arg("--state")
+        .arg(&state)
+        .arg(&config)
+        .output()
+        .expect("running logrotate");
+    assert!(rotated.status.success(), "logrotate: {}", String::from_utf8_lossy(&rotated.stderr));
+    assert_eq!(std::fs::read_to_string(root.path().join("csi-logs/csi-addons.log.1")).unwrap(), before);
+
+    // SIGTERM: the sidecar logs its shutdown, after the truncation.
+    assert!(sidecar.terminate().success(), "{}", sidecar.log());
+    let after = std::fs::read(&file).unwrap();
+    assert!(!after.is_empty() && after[0] != 0, "the next lines do not start the emptied file: {after:?}");
+    let after = String::from_utf8(after).unwrap();
+    assert!(after.contains("shutting down") && !after.contains("registered"), "{after}");
 }
