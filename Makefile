@@ -32,20 +32,23 @@ help: ## List the targets
 build: ## Build every crate (debug)
 	$(CARGO) build --workspace --locked
 
-# The environment `make test` runs its suites in: where the Go-built peers are (each built once into
-# the cache) and the futures' size probe. tests/README.md lists every variable the suites read.
+# Where the Go-built peers are (each built once into the cache), for `make test-one`, which builds
+# them all before its one test. tests/README.md lists every variable the suites read.
 TEST_ENV = KUBEBUILDER_ASSETS="$$(hack/control-plane.sh)" CSI_SANITY="$$(hack/csi-sanity.sh)" KUSTOMIZE="$$(hack/kustomize.sh)" \
 	PROMETHEUS_CRDS="$$(hack/prometheus-crds.sh)" PROMETHEUS_DEB_DIR="$$(hack/prometheus-deb.sh)" OPERATOR_SDK_DIR="$$(hack/operator-sdk.sh)" HELM="$$(hack/helm.sh)" \
 	CSI_PROVISIONER="$$(hack/csi-provisioner.sh)"
 
 test: ## Run every test: unit tests, then the suites on a real kube-apiserver + etcd
-	# The suites run the project's binaries as real processes: build them first. The Rust builds
-	# come before the Go-built peers (TEST_ENV builds what the cache lacks), so that .ci/run's
-	# background build of the peers (hack/go-peers.sh) overlaps them. The shipped build's own checks
-	# are `make test-shipped`'s: its fat-LTO build alone took 28 min of a cold run.
+	# The suites run the project's binaries as real processes: build them first. The Go-built peers'
+	# variables are left unset: each suite asks hack/<peer>.sh for its peer when it first needs one
+	# (tests/lib.rs, test_peer), which waits on that peer's lock while .ci/run's background build
+	# (hack/go-peers.sh) makes it. So the suites start once the control plane is built, not once
+	# every peer is, and on an empty machine the Rust builds, the suites and the Go builds overlap.
+	# The shipped build's own checks are `make test-shipped`'s: its fat-LTO build alone took 28 min
+	# of a cold run.
 	$(CARGO) build --workspace --bins --locked
 	$(CARGO) test --workspace --locked --no-run
-	$(TEST_ENV) $(CARGO) test --workspace --locked
+	$(CARGO) test --workspace --locked
 
 # test-one's test binary: empty for every binary of the workspace, or `cluster` for tests/cluster.
 TEST ?=
