@@ -54,6 +54,27 @@ pub struct Reported {
     pub since: String,
 }
 
+/// The annotation's `state` for a condition, in upstream's words (its readers compare them).
+pub fn state_name(abnormal: bool) -> &'static str {
+    if abnormal { "unhealthy" } else { "healthy" }
+}
+
+/// The `since` of an annotation value written earlier, if it says the same `state`: a restarted
+/// sidecar carries on from it, as upstream's does, rather than start the condition's time again.
+/// A value that is not such JSON gives none. `abnormal`, which this project's first releases
+/// wrote, counts as `unhealthy`.
+pub fn since_in_annotation(value: Option<&str>, state: &str) -> Option<String> {
+    let earlier: serde_json::Value = serde_json::from_str(value?).ok()?;
+    let earlier_state = match earlier.get("state")?.as_str()? {
+        "abnormal" => "unhealthy",
+        other => other,
+    };
+    if earlier_state != state {
+        return None;
+    }
+    earlier.get("since")?.as_str().filter(|s| !s.is_empty()).map(str::to_owned)
+}
+
 /// The handles of `driver`'s volumes in the Node's `status.volumesAttached`
 /// (`kubernetes.io/csi/<driver>^<handle>`).
 /// The Node is read as plain JSON: its full type is large and only this list is needed.
@@ -100,10 +121,11 @@ pub fn published_volumes(kubelet_dir: &Path, driver: &str) -> HashMap<String, Pu
     found
 }
 
-/// The annotation's JSON value.
+/// The annotation's JSON value: upstream's four keys and the driver's `message`, which upstream's
+/// readers ignore (they decode the four into a struct).
 pub fn annotation_value(reported: &Reported, last_checked: &str, node: &str) -> String {
     serde_json::json!({
-        "state": if reported.abnormal { "abnormal" } else { "healthy" },
+        "state": state_name(reported.abnormal),
         "message": reported.message,
         "lastChecked": last_checked,
         "since": reported.since,
@@ -202,8 +224,9 @@ impl Reporter {
                 continue;
             };
             let previous = cache.get(&handle);
+            let first_seen = previous.is_none();
             let changed = previous.is_none_or(|p| p.abnormal != condition.abnormal || p.message != condition.message);
-            let reported = Reported {
+            let mut reported = Reported {
                 abnormal: condition.abnormal,
                 message: condition.message,
                 since: match previous {
@@ -211,19 +234,21 @@ impl Reporter {
                     _ => now.clone(),
                 },
             };
-            self.record(&volume, changed, &reported, &now, &node_uid).await;
+            self.record(&volume, (changed, first_seen), &mut reported, &now, &node_uid).await;
             cache.insert(handle, reported);
         }
         Ok(())
     }
 
     /// Sends one volume's condition to the recorders: changes to the log and events, the
-    /// annotation on every tick (its `lastChecked` says the check still runs).
+    /// annotation on every tick (its `lastChecked` says the check still runs). A volume this
+    /// process sees for the first time takes its `since` from the annotation, when that says the
+    /// same state: the condition may be older than the process.
     async fn record(
         &self,
         volume: &crate::resolve::Volume,
-        changed: bool,
-        reported: &Reported,
+        (changed, first_seen): (bool, bool),
+        reported: &mut Reported,
         now: &str,
         node_uid: &str,
     ) {
@@ -248,10 +273,23 @@ impl Reporter {
         }
         if self.recorders.contains(&RecorderKind::PvcAnnotation) {
             let key = format!("{HEALTH_ANNOTATION}.{node_uid}");
-            let patch =
-                serde_json::json!({"metadata": {"annotations": {key: annotation_value(reported, now, &self.node_id)}}});
             let pvcs =
                 Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(self.client.clone(), &namespace);
+            if first_seen {
+                match pvcs.get_metadata(&claim).await {
+                    Ok(pvc) => {
+                        let earlier = pvc.metadata.annotations.as_ref().and_then(|a| a.get(&key)).map(String::as_str);
+                        if let Some(since) = since_in_annotation(earlier, state_name(reported.abnormal)) {
+                            reported.since = since;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(pvc = %format!("{namespace}/{claim}"), error = %e, "reading the earlier volume condition failed; it starts now")
+                    }
+                }
+            }
+            let patch =
+                serde_json::json!({"metadata": {"annotations": {key: annotation_value(reported, now, &self.node_id)}}});
             // Metadata back, not the whole claim: no PVC deserialiser in the binary for it.
             if let Err(e) = pvcs.patch_metadata(&claim, &PatchParams::default(), &Patch::Merge(&patch)).await {
                 tracing::warn!(pvc = %format!("{namespace}/{claim}"), error = %e, "annotating the volume condition failed");
@@ -376,9 +414,31 @@ mod tests {
         let reported = Reported { abnormal: true, message: "I/O errors".into(), since: "2026-01-01T00:00:00Z".into() };
         let value: serde_json::Value =
             serde_json::from_str(&annotation_value(&reported, "2026-01-01T00:05:00Z", "node-1")).unwrap();
-        assert_eq!(value["state"], "abnormal");
+        assert_eq!(value["state"], "unhealthy");
         assert_eq!(value["since"], "2026-01-01T00:00:00Z");
         assert_eq!(value["lastChecked"], "2026-01-01T00:05:00Z");
         assert_eq!(value["node"], "node-1");
+    }
+
+    #[test]
+    fn a_restarted_sidecar_keeps_since_only_for_the_same_state() {
+        // As upstream writes it (no message), and as this project's first releases did.
+        let upstream =
+            r#"{"state":"unhealthy","lastChecked":"2026-01-01T00:05:00Z","since":"2026-01-01T00:00:00Z","node":"n"}"#;
+        let first_release = r#"{"state":"abnormal","message":"I/O","since":"2025-12-01T00:00:00Z"}"#;
+        assert_eq!(since_in_annotation(Some(upstream), "unhealthy").as_deref(), Some("2026-01-01T00:00:00Z"));
+        assert_eq!(since_in_annotation(Some(first_release), "unhealthy").as_deref(), Some("2025-12-01T00:00:00Z"));
+        assert_eq!(since_in_annotation(Some(upstream), "healthy"), None, "another state starts again");
+        for broken in [
+            "",
+            "not json",
+            "[]",
+            r#"{"state":"unhealthy"}"#,
+            r#"{"state":1,"since":"x"}"#,
+            r#"{"state":"unhealthy","since":""}"#,
+        ] {
+            assert_eq!(since_in_annotation(Some(broken), "unhealthy"), None, "{broken}");
+        }
+        assert_eq!(since_in_annotation(None, "healthy"), None);
     }
 }

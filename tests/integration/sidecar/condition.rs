@@ -1,6 +1,7 @@
 //! The volume-condition reporter in the real sidecar process: a Node that does not exist yet is
 //! retried (upstream exits), then the driver's conditions reach the PVC as events (on change) and
-//! as the `csiaddons.openshift.io/volumehealth.<node uid>` annotation.
+//! as the `csiaddons.openshift.io/volumehealth.<node uid>` annotation, in upstream's words, whose
+//! `since` a restarted sidecar keeps.
 use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -57,18 +58,21 @@ async fn conditions_reach_the_pvc_and_a_missing_node_is_retried() {
     let vol_data = json!({"driverName": DRIVER, "volumeHandle": handle, "specVolID": pv_name});
     std::fs::write(volume_dir.join("vol_data.json"), vol_data.to_string()).unwrap();
 
-    let sidecar = SidecarProcess::start(
-        &pod,
-        &node_name,
-        &driver.endpoint(),
-        Serving::Plain,
-        &[
-            "--enable-volume-condition".to_owned(),
-            "--volume-condition-interval=1s".to_owned(),
-            format!("--csi-address={}", driver.endpoint()),
-            format!("--kubelet-dir={}", kubelet.path().display()),
-        ],
-    );
+    let start = || {
+        SidecarProcess::start(
+            &pod,
+            &node_name,
+            &driver.endpoint(),
+            Serving::Plain,
+            &[
+                "--enable-volume-condition".to_owned(),
+                "--volume-condition-interval=1s".to_owned(),
+                format!("--csi-address={}", driver.endpoint()),
+                format!("--kubelet-dir={}", kubelet.path().display()),
+            ],
+        )
+    };
+    let mut sidecar = start();
     sidecar.wait_ready().await;
     // The Node does not exist yet: the reporter says so and retries; the sidecar keeps serving.
     sidecar
@@ -97,13 +101,13 @@ async fn conditions_reach_the_pvc_and_a_missing_node_is_retried() {
 
     driver.set_condition(true, "I/O errors on the backing device");
     sidecar
-        .wait_for("an abnormal annotation", async |_| {
-            health(&pvcs, &key).await.is_some_and(|h| h["state"] == "abnormal")
+        .wait_for("an unhealthy annotation", async |_| {
+            health(&pvcs, &key).await.is_some_and(|h| h["state"] == "unhealthy")
         })
         .await;
-    let abnormal = health(&pvcs, &key).await.unwrap();
-    assert_eq!(abnormal["message"], "I/O errors on the backing device");
-    assert_ne!(abnormal["since"], healthy["since"]);
+    let unhealthy = health(&pvcs, &key).await.unwrap();
+    assert_eq!(unhealthy["message"], "I/O errors on the backing device");
+    assert_ne!(unhealthy["since"], healthy["since"]);
     sidecar
         .wait_for("a Warning event", async |_| !events(&client, &namespace, "VolumeConditionAbnormal").await.is_empty())
         .await;
@@ -115,4 +119,19 @@ async fn conditions_reach_the_pvc_and_a_missing_node_is_retried() {
     assert_eq!(events(&client, &namespace, "VolumeConditionHealthy").await.len(), 1);
     // Only this driver's volume was asked about.
     assert!(driver.count("node_get_volume_stats") >= 2);
+
+    // A restarted sidecar carries the condition's start on from the annotation. The clock has
+    // moved a second on (the annotation's times have seconds), so a new start would show.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    sidecar.terminate();
+    let before_restart = health(&pvcs, &key).await.unwrap();
+    let sidecar = start();
+    sidecar
+        .wait_for("the restarted sidecar's check", async |_| {
+            health(&pvcs, &key).await.is_some_and(|h| h["lastChecked"] != before_restart["lastChecked"])
+        })
+        .await;
+    let after_restart = health(&pvcs, &key).await.unwrap();
+    assert_eq!(after_restart["state"], "unhealthy");
+    assert_eq!(after_restart["since"], unhealthy["since"], "the restart kept when the volume became unhealthy");
 }
