@@ -141,14 +141,16 @@ where
     }
 }
 
-/// Competes for the manager's Lease until `stop`; the gauge says whether this manager leads.
+/// Competes for the manager's Lease until `release`; the gauge says whether this manager leads.
+/// `release` comes once the reconcilers have stopped, so a standby never calls a sidecar while a
+/// call of this manager is still out.
 async fn elect(
     client: kube::Client,
     cli: ManagerCli,
     identity: String,
     gauge: prometheus::IntGauge,
     leading_tx: watch::Sender<bool>,
-    stop: watch::Receiver<bool>,
+    release: watch::Receiver<bool>,
 ) {
     // The standby watches the Lease, so it leads the moment an evicted or stopped leader lets go.
     let lease = cluster_client::election::Lease {
@@ -166,7 +168,7 @@ async fn elect(
         gauge.set(i64::from(now));
         leading_tx.send_replace(now);
     };
-    cluster_client::election::compete(client, lease, timings, leading, stop).await;
+    cluster_client::election::compete(client, lease, timings, leading, release).await;
 }
 
 /// The controllers, by the names controller-runtime gives upstream's (dashboards key on them).
@@ -252,15 +254,20 @@ async fn lead(
             }
         }
         child_tx.send_replace(true);
-        // Reconciles in flight get a moment to finish; then they are cut off, so they never
-        // overlap a new leader's calls to the same sidecars.
+        // Reconciles in flight get a moment to finish; then they are cut off. A manager on its
+        // way out keeps the Lease meanwhile (see `run`), so they never overlap a new leader's
+        // calls to the same sidecars.
         let mut running = running;
-        if tokio::time::timeout(Duration::from_secs(5), &mut running).await.is_err() {
+        if tokio::time::timeout(RECONCILES_GRACE, &mut running).await.is_err() {
             running.abort();
             let _ = running.await;
         }
+        tracing::info!("the reconcilers stopped");
     }
 }
+
+/// How long the reconciles in flight get to finish when the manager stops or stops leading.
+const RECONCILES_GRACE: Duration = Duration::from_secs(5);
 
 /// Runs until SIGINT or SIGTERM.
 pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
@@ -359,8 +366,11 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
     ));
     tasks.spawn(publish_workers(settings_rx, max_workers, stop.clone()));
     let (leading_tx, leading) = watch::channel(false);
+    // The Lease is given up only once `lead` has stopped the reconcilers: a standby that took it
+    // at the signal would call the sidecars while this manager's calls are still out.
+    let (release_tx, release) = watch::channel(false);
     if cli.leader_elect {
-        tasks.spawn(elect(client.clone(), cli.clone(), identity, leader_gauge, leading_tx, stop.clone()));
+        tasks.spawn(elect(client.clone(), cli.clone(), identity, leader_gauge, leading_tx, release));
     } else {
         leader_gauge.set(1);
         leading_tx.send_replace(true);
@@ -374,7 +384,11 @@ pub async fn run(cli: ManagerCli) -> Result<(), ManagerError> {
     if !cli.sidecar_idle_timeout.is_zero() {
         tasks.spawn(close_idle_connections(core.pool.clone(), cli.sidecar_idle_timeout, stop.clone()));
     }
-    tasks.spawn(lead(core, cli.enable_volume_health_cleanup, leading, stop.clone()));
+    let (stopped, volume_health_cleanup) = (stop.clone(), cli.enable_volume_health_cleanup);
+    tasks.spawn(async move {
+        lead(core, volume_health_cleanup, leading, stopped).await;
+        release_tx.send_replace(true);
+    });
 
     let on_signal = stop_tx.clone();
     tokio::spawn(async move {

@@ -350,6 +350,13 @@ impl Stage {
         self.manager = Manager::start(&self.namespace, &self.identity.kubeconfig(), &flags);
     }
 
+    /// Another manager with the same identity and flags, beside the stage's (with
+    /// `--leader-elect`, a standby).
+    pub fn another_manager(&self) -> Manager {
+        let flags: Vec<&str> = self.flags.iter().map(String::as_str).collect();
+        Manager::start(&self.namespace, &self.identity.kubeconfig(), &flags)
+    }
+
     /// Starts the sidecar of `node` and waits until the manager has connected to it.
     pub async fn sidecar(&self, node: &str) -> SidecarProcess {
         let pod = sidecar_pod(&self.client, &self.namespace, node, Workload::DaemonSet, "plugin").await;

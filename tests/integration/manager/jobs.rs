@@ -338,3 +338,42 @@ async fn a_driver_that_stops_answering_leaves_workers_for_another_drivers_jobs()
     assert_eq!(stage.driver.count(CALL), 5, "one call per job");
     assert_eq!(stage.driver.max_in_flight(CALL), 3, "never more than the driver's share at once");
 }
+
+#[tokio::test]
+async fn a_stopping_leader_keeps_the_lease_until_its_call_in_flight_has_ended() {
+    const CALL: &str = "controller_reclaim_space";
+    let capabilities = ["service.CONTROLLER_SERVICE", "reclaim_space.OFFLINE"];
+    let stage = Stage::with_flags("rsj-handover", &capabilities, &["--leader-elect"]).await;
+    stage.manager.eventually("the first manager to lead", async |m| m.leading().await == Some(true)).await;
+    let _sidecar = stage.sidecar(NODE).await;
+    let standby = stage.another_manager();
+    standby.eventually("the second manager to stand by", async |m| m.leading().await == Some(false)).await;
+
+    stage.driver.hold(CALL);
+    bound_pvc(&stage.client, &stage.namespace, "data", &stage.driver_name, None, json!({})).await;
+    create_job(&stage.client, &stage.namespace, "ReclaimSpaceJob", "data", target("data")).await;
+    stage
+        .manager
+        .eventually("the leader's call to reach the driver", async |_| stage.driver.in_flight(CALL) == 1)
+        .await;
+    // The leader is told to stop (as an eviction does) while its call is out. Two seconds on,
+    // within the time a stopping manager gives its passes, the call is still held: the Lease must
+    // still be the stopping manager's, or the standby would call the same volume meanwhile.
+    testenv::process::signal("-TERM", stage.manager.child.id());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let leading = standby.leading().await;
+    stage.driver.release(CALL);
+    assert_eq!(
+        leading,
+        Some(false),
+        "the standby led while the stopping leader's call was out; its log:\n{}",
+        standby.log()
+    );
+    standby.eventually("the standby to take over", async |m| m.leading().await == Some(true)).await;
+    let status = job_result(&standby, &stage.api("ReclaimSpaceJob"), "data").await;
+    assert_eq!(status["result"], "Succeeded", "{status}");
+    assert_eq!(stage.driver.count(CALL), 1, "the stopping leader's call finished the job; no second one");
+    let log = stage.manager.log();
+    let (stopped, released) = (log.find("the reconcilers stopped"), log.find("Lease released"));
+    assert!(stopped.is_some() && stopped < released, "the Lease goes after the reconcilers; log:\n{log}");
+}
