@@ -42,11 +42,14 @@ pub fn init(level: LevelFilter, json: bool, also_to: Option<std::fs::File>) {
     use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
     let filter = filter(level, std::env::var("RUST_LOG").ok().as_deref());
     let registry = tracing_subscriber::registry().with(filter);
+    // Colours only for a person at a terminal: a container's log, a file and a log collector get
+    // plain text.
+    let ansi = also_to.is_none() && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let writer = match also_to {
         Some(file) => BoxMakeWriter::new(std::io::stderr.and(std::sync::Arc::new(file))),
         None => BoxMakeWriter::new(std::io::stderr),
     };
-    let plain = tracing_subscriber::fmt::layer().with_writer(writer);
+    let plain = tracing_subscriber::fmt::layer().with_ansi(ansi).with_writer(writer);
     if json {
         registry.with(plain.json()).init();
     } else {

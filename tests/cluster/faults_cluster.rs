@@ -43,7 +43,9 @@ use testenv::fault_table::{self, FaultRow};
 use testenv::poll;
 use testenv::process::signal;
 
-use crate::cluster::{self, CONTROLLER_PLUGIN_SELECTOR, DRIVER_NAMESPACE, NODE_PLUGIN_SELECTOR};
+use crate::cluster::{
+    self, CONTROLLER_PLUGIN_SELECTOR, DRIVER_NAMESPACE, MANAGER_NAMESPACE, MANAGER_SELECTOR, NODE_PLUGIN_SELECTOR,
+};
 use crate::driver_pods::{connected_nodes, csiaddons};
 use crate::partition::{self, SecondDriver};
 use crate::story::replication_api;
@@ -317,6 +319,30 @@ async fn results(jobs: &Api<DynamicObject>, prefix: &str) -> (Vec<String>, Vec<(
     (succeeded, failed, unfinished)
 }
 
+/// What the table cannot say of jobs left without a result: each one's status, and what every
+/// manager Pod's log says of it (its last lines), so a failed run shows where they stopped.
+async fn show_unfinished(client: &Client, jobs: &Api<DynamicObject>, names: &[String]) {
+    let managers = cluster::running_pods(client, MANAGER_NAMESPACE, MANAGER_SELECTOR).await;
+    let mut logs = Vec::new();
+    for pod in &managers {
+        let name = cluster::name(pod);
+        logs.push((name.clone(), cluster::logs(client, MANAGER_NAMESPACE, &name, "manager").await));
+    }
+    for job in names {
+        let status = jobs.get(job).await.ok().and_then(|j| j.data.get("status").cloned());
+        eprintln!("{job}: status {}", status.unwrap_or_default());
+        // The job's name ends in its index: match it whole.
+        let named = |line: &&str| line.contains(&format!("/{job}.")) || line.contains(&format!("job={job} "));
+        for (pod, log) in &logs {
+            let lines: Vec<&str> = log.lines().filter(named).collect();
+            eprintln!("{job}: {} lines in {pod}'s log; the last:", lines.len());
+            for line in &lines[lines.len().saturating_sub(5)..] {
+                eprintln!("  {line}");
+            }
+        }
+    }
+}
+
 /// Container restarts in the cluster's Pods, but the batch's workloads.
 async fn restarts(client: &Client) -> i32 {
     let pods: Api<Pod> = Api::all(client.clone());
@@ -415,6 +441,7 @@ async fn run(client: &Client, fault: Fault, handles: &[String]) -> FaultRow {
             unfinished.len(),
             &unfinished[..unfinished.len().min(5)]
         );
+        show_unfinished(client, &jobs, &unfinished[..unfinished.len().min(3)]).await;
     }
     println!("{}: {restarted} container restarts in the cluster's Pods", fault.label());
     replications.delete(prefix, &DeleteParams::default()).await.unwrap();

@@ -206,6 +206,8 @@ async fn ceph_csi_operators_log_rotation_arguments_start_the_sidecar_and_logrota
     let file = root.path().join("csi-logs/csi-addons.log");
     let before = std::fs::read_to_string(&file).unwrap();
     assert!(before.contains("registered"), "the log file lacks the registration:\n{before}");
+    assert!(!before.contains('\x1b'), "the log file holds terminal colour codes:\n{before:?}");
+    assert!(!sidecar.log().contains('\x1b'), "stderr, not a terminal, holds colour codes");
     for line in before.lines() {
         assert!(sidecar.log().contains(line), "a line of the file is not on stderr: {line}");
     }
