@@ -14,8 +14,8 @@
 //!   timeout's message, and once the driver answers again the rest, and the replication, go on
 //!   through the same sidecar;
 //! - the leading manager evicted through the Eviction API, as a drain does: the PodDisruptionBudget
-//!   allows it (and refuses the standby's eviction meanwhile), the standby takes the Lease over and
-//!   carries the batch on;
+//!   allows it (and refuses the standby's eviction meanwhile), another manager takes the Lease
+//!   over and carries the batch on;
 //! - the node plugin's Pod evicted: its DaemonSet brings it back and its sidecar registers again;
 //! - the API server shedding the manager's load for a minute (Priority and Fairness answering 429):
 //!   the manager retries after the server's Retry-After and counts the 429s;

@@ -225,9 +225,11 @@ async fn lead(
 ) {
     loop {
         let mut stopping = stop.clone();
+        // Stopping comes first: the Lease, and so `leading`, is kept until this returns.
         tokio::select! {
-            found = leading.wait_for(|l| *l) => if found.is_err() { return },
+            biased;
             _ = stopping.wait_for(|s| *s) => return,
+            found = leading.wait_for(|l| *l) => if found.is_err() { return },
         }
         // No sidecar is dialled before each driver's CA is known.
         let trust = ctx.security.trust();
@@ -242,7 +244,7 @@ async fn lead(
         let mut settings = ctx.settings.clone();
         tokio::select! {
             _ = leading.wait_for(|l| !*l) => tracing::info!("no longer leading: stopping the reconcilers"),
-            _ = stopping.wait_for(|s| *s) => {}
+            _ = stopping.wait_for(|s| *s) => tracing::info!("stopping the reconcilers"),
             // Running reconciles finish; new work gets the new number of workers.
             () = async {
                 // Settings that can no longer change never restart anything.

@@ -376,4 +376,6 @@ async fn a_stopping_leader_keeps_the_lease_until_its_call_in_flight_has_ended() 
     let log = stage.manager.log();
     let (stopped, released) = (log.find("the reconcilers stopped"), log.find("Lease released"));
     assert!(stopped.is_some() && stopped < released, "the Lease goes after the reconcilers; log:\n{log}");
+    // Still holding the Lease while it stops, it must not take that for a reason to start again.
+    assert_eq!(log.matches("leading: starting the reconcilers").count(), 1, "started again on the way out:\n{log}");
 }
