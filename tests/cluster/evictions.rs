@@ -1,6 +1,7 @@
 //! Evictions through the Eviction API, as a node drain makes them: the leading manager Pod (the
 //! PodDisruptionBudget lets one of the two go, the standby or the Deployment's replacement takes
-//! the Lease over, the Deployment brings the second back) and the node plugin's Pod (its DaemonSet brings it back).
+//! the Lease over, the Deployment brings the second back) and the node plugin's Pod (its DaemonSet
+//! brings it back).
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
