@@ -204,9 +204,11 @@ async fn register_node(driver: &std::sync::Arc<Driver>) -> anyhow::Result<()> {
 }
 
 /// Logs to stderr, as JSON lines when `json`; the level from `RUST_LOG` (default `info`). Both of
-/// the crate's binaries start with it.
+/// the crate's binaries start with it. Colours only when stderr is a terminal: a container's log
+/// gets plain text.
 pub fn init_logging(json: bool) {
-    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_ansi(ansi).with_writer(std::io::stderr).with_env_filter(
         tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
     );
