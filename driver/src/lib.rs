@@ -203,20 +203,11 @@ async fn register_node(driver: &std::sync::Arc<Driver>) -> anyhow::Result<()> {
         .map_err(|status| anyhow::anyhow!("registering the node plugin: {}", status.message()))
 }
 
-/// Logs to stderr, as JSON lines when `json`; the level from `RUST_LOG` (default `info`). Both of
-/// the crate's binaries start with it. Colours only when stderr is a terminal: a container's log
-/// gets plain text.
+/// Logs to stderr, as JSON lines when `json`, at `info` unless `RUST_LOG` says otherwise, through
+/// the shipped binaries' one set-up (`runtime_support::logging`). Both of the crate's binaries
+/// start with it.
 pub fn init_logging(json: bool) {
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_ansi(ansi).with_writer(std::io::stderr).with_env_filter(
-        tracing_subscriber::EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-    );
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
+    runtime_support::logging::init(tracing_subscriber::filter::LevelFilter::INFO, json, None);
 }
 
 #[cfg(test)]
