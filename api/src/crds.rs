@@ -2,7 +2,7 @@
 //! `config/crd/bases/` by the `crdgen` binary.
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::{csiaddons, driver, replication};
 
@@ -75,6 +75,8 @@ fn finish(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
             }
             let Ok(mut value) = serde_json::to_value(&*schema) else { continue };
             tidy_schema(&mut value);
+            add_condition_rules(&mut value);
+            add_label_selector_rules(&mut value);
             if let Ok(tidied) = serde_json::from_value(value) {
                 *schema = tidied;
             }
@@ -99,6 +101,80 @@ fn tidy_schema(value: &mut Value) {
         _ => {}
     }
 }
+
+/// The fields of a `metav1.Condition`, all required but `observedGeneration`.
+const CONDITION_FIELDS: [&str; 6] = ["lastTransitionTime", "message", "observedGeneration", "reason", "status", "type"];
+
+/// Whether `schema` is that of a `metav1.Condition`: an object with exactly its fields.
+pub fn is_condition(schema: &Value) -> bool {
+    schema.as_object().is_some_and(is_condition_object)
+}
+
+fn is_condition_object(schema: &serde_json::Map<String, Value>) -> bool {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else { return false };
+    let required: Vec<&str> =
+        schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+    properties.len() == CONDITION_FIELDS.len()
+        && CONDITION_FIELDS.iter().all(|f| properties.contains_key(*f))
+        && CONDITION_FIELDS.iter().filter(|f| **f != "observedGeneration").all(|f| required.contains(f))
+}
+
+/// The validation the Kubernetes API gives a `metav1.Condition`'s fields (the markers on the Go
+/// type, which upstream's CRDs carry; k8s-openapi's schema of the type has none), added to every
+/// condition in `value`. Without it our CRDs would store conditions upstream's refuse: a status
+/// other than True, False or Unknown, an empty reason, a message past 32 KiB.
+pub fn add_condition_rules(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if is_condition_object(map)
+                && let Some(Value::Object(fields)) = map.get_mut("properties")
+            {
+                let rules = [
+                    ("message", json!({"maxLength": 32768})),
+                    ("observedGeneration", json!({"minimum": 0})),
+                    ("reason", json!({"maxLength": 1024, "minLength": 1, "pattern": CONDITION_REASON_PATTERN})),
+                    ("status", json!({"enum": ["True", "False", "Unknown"]})),
+                    ("type", json!({"maxLength": 316, "pattern": CONDITION_TYPE_PATTERN})),
+                ];
+                for (field, rule) in rules {
+                    if let (Some(Value::Object(schema)), Value::Object(rule)) = (fields.get_mut(field), rule) {
+                        schema.extend(rule);
+                    }
+                }
+            }
+            map.values_mut().for_each(add_condition_rules);
+        }
+        Value::Array(items) => items.iter_mut().for_each(add_condition_rules),
+        _ => {}
+    }
+}
+
+/// A `metav1.LabelSelector`'s lists as the Kubernetes API types mark them (atomic: replaced whole
+/// by a merge, never merged item by item), which k8s-openapi's schema of the type leaves out.
+pub fn add_label_selector_rules(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            let is_selector = map.get("properties").and_then(Value::as_object).is_some_and(|p| {
+                p.len() == 2 && p.contains_key("matchExpressions") && p.contains_key("matchLabels")
+            });
+            let expressions = map.get_mut("properties").and_then(|p| p.get_mut("matchExpressions"));
+            if is_selector && let Some(expressions) = expressions.filter(|e| e.is_object()) {
+                expressions["x-kubernetes-list-type"] = json!("atomic");
+                if let Some(values) = expressions.pointer_mut("/items/properties/values").filter(|v| v.is_object()) {
+                    values["x-kubernetes-list-type"] = json!("atomic");
+                }
+            }
+            map.values_mut().for_each(add_label_selector_rules);
+        }
+        Value::Array(items) => items.iter_mut().for_each(add_label_selector_rules),
+        _ => {}
+    }
+}
+
+/// A condition's reason: CamelCase, as the API requires.
+pub const CONDITION_REASON_PATTERN: &str = "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$";
+/// A condition's type: CamelCase, optionally under a DNS-subdomain prefix (`example.com/Ready`).
+pub const CONDITION_TYPE_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$";
 
 #[cfg(test)]
 mod tests {
@@ -144,6 +220,40 @@ mod tests {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../driver-operator/config/crd/bases");
         let (stale, _) = drift(&dir, driver_operator());
         assert!(stale.is_empty(), "{stale:?} out of date: run `make manifests` and commit");
+    }
+
+    /// Every condition of every kind carries the API's validation of a condition.
+    #[test]
+    fn every_condition_is_validated_as_the_api_validates_one() {
+        fn conditions<'a>(value: &'a Value, out: &mut Vec<&'a Value>) {
+            if is_condition(value) {
+                out.push(value);
+            }
+            match value {
+                Value::Object(map) => map.values().for_each(|v| conditions(v, out)),
+                Value::Array(items) => items.iter().for_each(|v| conditions(v, out)),
+                _ => {}
+            }
+        }
+        let mut kinds_with_conditions = 0;
+        for crd in all() {
+            let value = serde_json::to_value(&crd).unwrap();
+            let mut found = Vec::new();
+            conditions(&value, &mut found);
+            kinds_with_conditions += usize::from(!found.is_empty());
+            for condition in found {
+                let fields = &condition["properties"];
+                assert_eq!(fields["status"]["enum"], json!(["True", "False", "Unknown"]), "{}", crd.spec.names.kind);
+                assert_eq!(fields["reason"]["minLength"], json!(1));
+                assert_eq!(fields["message"]["maxLength"], json!(32768));
+                assert_eq!(fields["type"]["pattern"], json!(CONDITION_TYPE_PATTERN));
+            }
+        }
+        assert_eq!(kinds_with_conditions, 6, "the kinds whose status has conditions");
+        // An object that only looks like a condition in part is left alone.
+        let mut partial = json!({"properties": {"status": {"type": "string"}, "type": {"type": "string"}}});
+        add_condition_rules(&mut partial);
+        assert!(partial["properties"]["status"].get("enum").is_none());
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub fn normalize_lease_name(name: &str) -> String {
 /// The Lease a driver's sidecars compete for: `<normalized driver name>-csi-addons`, lowercased.
 /// CSI allows upper case in driver names but Kubernetes object names do not; upstream keeps the
 /// case and so cannot create the Lease for such a driver. For lowercase names (every driver with
-/// a CSIDriver object) the name is upstream's.
+/// a CSIDriver object) the name is upstream's. [differs: lease-name]
 pub fn driver_lease_name(driver: &str) -> String {
     format!("{}-csi-addons", normalize_lease_name(driver).to_ascii_lowercase())
 }

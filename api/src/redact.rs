@@ -1,5 +1,5 @@
 //! Redaction of secret values in `Debug` output. The generated protocol types use [`Redacted`] for
-//! every field the protos mark `csi_secret` (see build.rs).
+//! every field the protos mark `csi_secret` (see build.rs). [differs: secret-redaction]
 use std::collections::HashMap;
 use std::fmt;
 

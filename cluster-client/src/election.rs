@@ -79,7 +79,7 @@ fn holder_identity(pod_name: Option<String>, hostname: Option<String>, random: S
 ///
 /// A standby also follows the Lease (see `Lease::watch_releases`): when its holder has released
 /// it (a manager on its way out does), the standby takes it at once rather than at the end of the
-/// holder's last term, so it leads before a replacement Pod can start.
+/// holder's last term, so it leads before a replacement Pod can start. [differs: manager-replicas]
 pub async fn compete(
     client: kube::Client,
     lease: Lease,

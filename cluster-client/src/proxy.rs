@@ -56,7 +56,8 @@ impl std::fmt::Debug for Proxy {
 }
 
 impl Proxy {
-    /// A proxy URL as client-go reads one: without a scheme, `http://` is assumed.
+    /// A proxy URL as client-go reads one: without a scheme, `http://` is assumed. An `https://`
+    /// proxy, which client-go speaks, is refused with a message that says so. [differs: api-proxy]
     pub fn parse(source_name: &'static str, value: &str) -> Result<Self, ProxyError> {
         let invalid = |reason: String| ProxyError::Invalid { source_name, value: redacted(value), reason };
         let text = value.trim();

@@ -1,6 +1,7 @@
 //! Callers identified by their bearer token: a TokenReview asks the API server whose token it is,
 //! and answers are kept briefly by the token's SHA-256 (never the token) so a caller that calls
 //! often costs no API requests. The sidecar's gRPC guard and the manager's `/metrics` share this.
+//! Upstream's sidecar reviews the token on every call. [differs: token-review-cache]
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -1,6 +1,8 @@
 //! The manager's command line: upstream's flags with the same defaults (those of its main branch
-//! included), in Go's forms too, each also from an environment variable; values are validated
-//! (upstream takes several unchecked).
+//! included), in Go's forms too, and ours (`--watch-namespace`, `--metrics-cert-dir`,
+//! `--sidecar-token-file`, `--log-json` among them), each also from an environment variable
+//! [differs: manager-flags]; values are validated (upstream takes several unchecked).
+//! [differs: manager-flag-checks]
 use std::time::Duration;
 
 use clap::Parser;
@@ -117,7 +119,7 @@ pub struct ManagerCli {
     #[arg(long, env = "RECLAIM_SPACE_TIMEOUT", default_value = "3m", value_parser = positive_duration)]
     pub reclaim_space_timeout: Duration,
     /// How long a sidecar connection that nothing calls stays open (the next call dials again);
-    /// 0 keeps every connection open for good, as upstream does.
+    /// 0 keeps every connection open for good.
     #[arg(long, env = "SIDECAR_IDLE_TIMEOUT", default_value = "2m", value_parser = duration)]
     pub sidecar_idle_timeout: Duration,
     /// Workers per controller.

@@ -1,5 +1,6 @@
 //! The manager's metrics, in one explicit registry: controller-runtime's series under their names
 //! (so dashboards made for upstream keep working) and ours for operations and sidecars.
+//! [differs: manager-metrics]
 use futures::FutureExt;
 use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
 

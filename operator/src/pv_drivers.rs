@@ -5,7 +5,9 @@
 //! costs some 35 bytes (a name and an `Option<String>` cost some 140).
 //!
 //! A PV's source never changes, so each entry is written once; a PV bound to a claim after that
-//! brings the claim's pass (`follow`), which is how a PVC whose PV was not seen yet goes on.
+//! brings the claim's pass (`follow`), which is how a PVC whose PV was not seen yet goes on, and
+//! how a PVC annotated before it was bound is scheduled when it binds (upstream's misses it).
+//! [differs: pvc-binds]
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

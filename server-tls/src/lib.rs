@@ -1,7 +1,7 @@
 //! TLS for our servers (the sidecar's gRPC server, the manager's metrics): a certificate from
-//! files (cert-manager or any mounted Secret), re-read when the files change, or a self-signed one
-//! made at start and renewed in time; and Go's `--tls-min-version`, `--tls-cipher-suites` and
-//! `--tls-curve-preferences`.
+//! files (cert-manager or any mounted Secret), re-read when the files change (upstream's sidecar
+//! takes none) [differs: tls-files], or a self-signed one made at start and renewed in time; and
+//! Go's `--tls-min-version`, `--tls-cipher-suites` and `--tls-curve-preferences`.
 
 #![forbid(unsafe_code)]
 
@@ -40,6 +40,12 @@ pub enum TlsError {
     MinVersion(String),
     #[error("--tls-cipher-suites: {name:?} is not a supported TLS 1.2 cipher suite; supported: {supported}")]
     CipherSuite { name: String, supported: String },
+    #[error(
+        "--tls-cipher-suites names no TLS 1.2 cipher suite this build has ({supported}), and \
+         --tls-min-version lets TLS 1.2 clients in: they could not connect. Add one of those, or set \
+         --tls-min-version=VersionTLS13"
+    )]
+    NoTls12Suite { supported: String },
     #[error("--tls-curve-preferences: {name:?} is not a supported curve; supported: X25519, CurveP256, CurveP384")]
     Curve { name: String },
     #[error("--tls-curve-preferences leaves no curve this build supports")]
@@ -77,12 +83,12 @@ impl CertSource {
 
 /// The server configuration; certificate files are checked for changes at most once a second.
 pub fn server_config(source: &CertSource, settings: &TlsSettings) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    let provider = Arc::new(provider(settings)?);
     let versions: &[&rustls::SupportedProtocolVersion] = match settings.min_version.as_str() {
         "" | "VersionTLS12" | "1.2" | "TLS12" => &[&rustls::version::TLS13, &rustls::version::TLS12],
         "VersionTLS13" | "1.3" | "TLS13" => &[&rustls::version::TLS13],
         other => return Err(TlsError::MinVersion(other.to_owned())),
     };
+    let provider = Arc::new(provider(settings, versions.len() == 1)?);
     let resolver: Arc<dyn ResolvesServerCert> = match source {
         CertSource::Files { cert, key } => Arc::new(ReloadingCert::load(cert, key, provider.clone())?),
         CertSource::SelfSigned => Arc::new(SelfSignedCert::new(provider.clone())?),
@@ -96,26 +102,53 @@ pub fn server_config(source: &CertSource, settings: &TlsSettings) -> Result<Arc<
     Ok(Arc::new(config))
 }
 
-fn provider(settings: &TlsSettings) -> Result<CryptoProvider, TlsError> {
+/// The names Go's `tls.CipherSuites()` gives beside the TLS 1.2 suites this build has: the TLS 1.3
+/// suites, which a list cannot turn off in Go either, and the ECDHE suites with CBC, which rustls
+/// does not implement. A command line written for upstream may name any of them.
+const TLS13_SUITES: [&str; 3] = ["TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"];
+const CBC_SUITES: [&str; 4] = [
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
+];
+
+/// The crypto provider `settings` leave. `tls13_only`: TLS 1.2 is off, so a list without a TLS 1.2
+/// suite this build has still leaves a working server.
+fn provider(settings: &TlsSettings, tls13_only: bool) -> Result<CryptoProvider, TlsError> {
     let mut provider = ring::default_provider();
+    let listed: Vec<&str> = settings.cipher_suites.iter().map(|s| s.trim()).filter(|s| !s.is_empty()).collect();
     if !settings.cipher_suites.is_empty() {
         // As in Go, the list chooses among TLS 1.2 suites; TLS 1.3 suites are always on.
         let tls12 = |s: &rustls::SupportedCipherSuite| s.version() == &rustls::version::TLS12;
         let name = |s: &rustls::SupportedCipherSuite| format!("{:?}", s.suite());
+        let supported = || provider.cipher_suites.iter().filter(|s| tls12(s)).map(name).collect::<Vec<_>>().join(", ");
         let mut chosen: Vec<_> = provider.cipher_suites.iter().filter(|s| !tls12(s)).copied().collect();
-        for wanted in &settings.cipher_suites {
-            let wanted_norm = wanted.trim().trim_end_matches("_SHA256").to_owned();
+        let mut tls12_chosen = false;
+        for wanted in listed {
+            if TLS13_SUITES.contains(&wanted) {
+                continue;
+            }
+            if CBC_SUITES.contains(&wanted) {
+                tracing::warn!(suite = wanted, "CBC cipher suites are not available in this build; skipped");
+                continue;
+            }
+            // Go's older names of the ChaCha20 suites lack the `_SHA256`.
+            let wanted_norm = wanted.trim_end_matches("_SHA256");
             let found = provider.cipher_suites.iter().filter(|s| tls12(s)).find(|s| {
                 let n = name(s);
-                n == wanted.trim() || n.trim_end_matches("_SHA256") == wanted_norm
+                n == wanted || n.trim_end_matches("_SHA256") == wanted_norm
             });
-            match found {
-                Some(suite) => chosen.push(*suite),
-                None => {
-                    let supported: Vec<String> = provider.cipher_suites.iter().filter(|s| tls12(s)).map(name).collect();
-                    return Err(TlsError::CipherSuite { name: wanted.clone(), supported: supported.join(", ") });
-                }
+            let Some(suite) = found else {
+                return Err(TlsError::CipherSuite { name: wanted.to_owned(), supported: supported() });
+            };
+            if !chosen.iter().any(|c| c.suite() == suite.suite()) {
+                chosen.push(*suite);
             }
+            tls12_chosen = true;
+        }
+        if !tls12_chosen && !tls13_only {
+            return Err(TlsError::NoTls12Suite { supported: supported() });
         }
         provider.cipher_suites = chosen;
     }
@@ -131,7 +164,7 @@ fn provider(settings: &TlsSettings) -> Result<CryptoProvider, TlsError> {
                     tracing::warn!(curve = pq, "post-quantum key exchange is not available in this build; skipped");
                 }
                 // A name Go accepts; ring has no P-521. Skipped like the post-quantum names, so a
-                // command line written for upstream's sidecar still starts.
+                // command line written for upstream's sidecar still starts. [differs: tls-curves]
                 p521 @ ("CurveP521" | "P521" | "secp521r1") => {
                     tracing::warn!(curve = p521, "P-521 is not available in this build; skipped");
                 }
@@ -148,6 +181,7 @@ fn provider(settings: &TlsSettings) -> Result<CryptoProvider, TlsError> {
 
 /// Validity of the self-signed certificate, and how often a new one is made (upstream's lasts a
 /// year and is never renewed: a sidecar running longer stops being reachable).
+/// [differs: self-signed-cert]
 const SELF_SIGNED_VALIDITY: Duration = Duration::from_secs(90 * 24 * 3600);
 const SELF_SIGNED_RENEWAL: Duration = Duration::from_secs(30 * 24 * 3600);
 
@@ -302,6 +336,16 @@ impl ResolvesServerCert for ReloadingCert {
 mod tests {
     use super::*;
 
+    /// The rest of Go's `tls.CipherSuites()`: the TLS 1.2 suites with GCM or ChaCha20.
+    const GO_GCM_AND_CHACHA: [&str; 6] = [
+        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    ];
+
     fn settings() -> TlsSettings {
         TlsSettings { min_version: "VersionTLS12".into(), ..Default::default() }
     }
@@ -330,6 +374,29 @@ mod tests {
         assert!(with(|s| s.min_version = "VersionSSL30".into()).unwrap_err().contains("VersionTLS12"));
         assert!(with(|s| s.cipher_suites = vec!["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".into()]).is_ok());
         assert!(with(|s| s.cipher_suites = vec!["TLS_RSA_WITH_RC4_128_SHA".into()]).unwrap_err().contains("RC4"));
+        // Every name Go's tls.CipherSuites() gives starts a server whose TLS 1.2 has a suite; the
+        // TLS 1.3 names change nothing, and the CBC ones are skipped.
+        assert!(
+            with(|s| s.cipher_suites = [&TLS13_SUITES[..], &CBC_SUITES[..], &GO_GCM_AND_CHACHA[..]]
+                .concat()
+                .iter()
+                .map(|n| (*n).to_owned())
+                .collect())
+            .is_ok()
+        );
+        // A list of CBC or TLS 1.3 suites alone leaves TLS 1.2 nothing: refused while TLS 1.2 is
+        // allowed, saying what to do; fine when the minimum is TLS 1.3.
+        let cbc_only = |s: &mut TlsSettings| s.cipher_suites = vec!["TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA".into()];
+        let refused = with(cbc_only).unwrap_err();
+        assert!(refused.contains("no TLS 1.2 cipher suite") && refused.contains("VersionTLS13"), "{refused}");
+        assert!(with(|s| s.cipher_suites = vec!["TLS_AES_128_GCM_SHA256".into()]).is_err());
+        assert!(
+            with(|s| {
+                s.min_version = "VersionTLS13".into();
+                s.cipher_suites = vec!["TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA".into(), "TLS_AES_256_GCM_SHA384".into()];
+            })
+            .is_ok()
+        );
         assert!(with(|s| s.curves = vec!["X25519MLKEM768".into(), "CurveP256".into()]).is_ok());
         assert!(with(|s| s.curves = vec!["X25519MLKEM768".into()]).unwrap_err().contains("no curve"));
         assert!(with(|s| s.curves = vec!["CurveP999".into()]).unwrap_err().contains("CurveP999"));

@@ -2,6 +2,7 @@
 //! CSI socket (`--csi-address`) for the condition of each of its volumes attached to this node and
 //! records changes in the log, as PVC events, and as a PVC annotation. Unlike upstream, a failed
 //! listing is retried at the next tick instead of ending the process (upstream's sidecar exits).
+//! [differs: condition-retry]
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -122,7 +123,7 @@ pub fn published_volumes(kubelet_dir: &Path, driver: &str) -> HashMap<String, Pu
 }
 
 /// The annotation's JSON value: upstream's four keys and the driver's `message`, which upstream's
-/// readers ignore (they decode the four into a struct).
+/// readers ignore (they decode the four into a struct). [differs: condition-message]
 pub fn annotation_value(reported: &Reported, last_checked: &str, node: &str) -> String {
     serde_json::json!({
         "state": state_name(reported.abnormal),

@@ -2,6 +2,7 @@
 //! and capabilities read, then watched. When the driver goes away the state says so and probing
 //! continues with backoff, so a driver restart is picked up without restarting the sidecar
 //! (upstream exits instead; `--exit-on-driver-loss` keeps that behaviour for those who want it).
+//! [differs: sidecar-keeps-running]
 use std::time::Duration;
 
 use api::proto::identity;

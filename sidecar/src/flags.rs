@@ -1,5 +1,6 @@
 //! The sidecar's command line: every flag of upstream's sidecar (same names, defaults and
 //! meaning, Go single-dash forms too, each also settable from an environment variable), plus ours.
+//! [differs: sidecar-flags]
 use std::time::Duration;
 
 use clap::Parser;

@@ -1,6 +1,7 @@
 //! In front of every RPC: authentication (the bearer token, checked with TokenReview and cached
-//! briefly by `cluster_client::token_review`), authorization (the caller must be one of `--allowed-identities`), and metrics.
-//! Upstream accepts any valid token in the cluster and does a TokenReview on every call.
+//! briefly by `cluster_client::token_review`), authorization (the caller must be one of
+//! `--allowed-identities`), and metrics. Upstream accepts any valid token in the cluster
+//! [differs: allowed-identities] and does a TokenReview on every call.
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};

@@ -1,6 +1,7 @@
 //! The sidecar's CSIAddonsNode: named, owned and addressed exactly as upstream does (so an
 //! upstream controller and ours find the same objects), written at start, re-created when
-//! deleted, and retried with backoff instead of exiting.
+//! deleted, and retried with backoff instead of exiting (upstream's sidecar exits).
+//! [differs: sidecar-keeps-running]
 use std::net::IpAddr;
 use std::time::Duration;
 

@@ -184,6 +184,7 @@ pub async fn run(cli: SidecarCli) -> Result<(), SidecarError> {
     ));
     if cli.enable_volume_condition {
         // Upstream reads a fixed kubelet path; --csi-address names the socket wherever it is.
+        // [differs: condition-csi-address]
         let csi_address = cli.csi_address.clone().unwrap_or_else(|| {
             format!("unix://{}/plugins/{}/csi.sock", cli.kubelet_dir.trim_end_matches('/'), info.name)
         });
@@ -330,6 +331,7 @@ fn watch_gauge(mut source: watch::Receiver<bool>, gauge: prometheus::IntGauge, t
 /// Pod name, which is what upstream's controller looks up) in the background; until the election
 /// has started (the API server may be unreachable) this sidecar is not the holder. Losing the
 /// Lease stops controller operations while the sidecar keeps competing; upstream exits instead.
+/// [differs: sidecar-keeps-running]
 fn elect(
     client: kube::Client,
     namespace: &str,

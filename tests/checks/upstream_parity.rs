@@ -35,11 +35,6 @@ const INTENDED: &[(&str, &str, &str)] = &[
     ("NetworkFence", ".status.result", "enum Succeeded/Failed"),
     ("VolumeReplication", ".status.state", "enum Primary/Secondary/Unknown"),
     ("VolumeGroupReplication", ".status.state", "enum Primary/Secondary/Unknown"),
-    (
-        "ReclaimSpaceJob",
-        ".status.reclaimedSpace",
-        "k8s-openapi's Quantity schema has no pattern (status, written by us)",
-    ),
     // Upstream marks these required *and* defaulted; the API server defaults before it validates,
     // so both behave the same. Ours keep a serde default so decoding never fails on them.
     ("CSIAddonsNode", ".status.retries", "failed connection attempts as a number (upstream: text in status.reason)"),
@@ -69,11 +64,6 @@ const INTENDED: &[(&str, &str, &str)] = &[
     ),
     (
         "VolumeGroupReplication",
-        ".spec.source.selector.matchExpressions",
-        "k8s-openapi's LabelSelector has no list-type; the selector is atomic and immutable",
-    ),
-    (
-        "VolumeGroupReplication",
         ".status.persistentVolumeClaimsRefList[]",
         "k8s-openapi's LocalObjectReference (status, written by us)",
     ),
@@ -82,9 +72,6 @@ const INTENDED: &[(&str, &str, &str)] = &[
     ("VolumeGroupReplicationContent", ".status.persistentVolumeRefList[].name", "as above"),
 ];
 
-/// Sub-trees taken from k8s-openapi whose inner validation is looser than kubebuilder's markers;
-/// only the controller writes them.
-const FOREIGN_SUBTREES: &[&str] = &[".status.conditions[].", ".spec.source.selector.matchExpressions[]."];
 
 fn upstream_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("UPSTREAM_CRDS") {
@@ -181,7 +168,7 @@ fn describe(crd: &Value) -> BTreeMap<String, String> {
     out.insert("columns".into(), columns.join(", "));
     let mut schema = BTreeMap::new();
     flatten(&version["schema"]["openAPIV3Schema"], "", false, &mut schema);
-    out.extend(schema.into_iter().filter(|(p, _)| !FOREIGN_SUBTREES.iter().any(|f| p.contains(f))));
+    out.extend(schema);
     out
 }
 

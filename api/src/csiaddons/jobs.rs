@@ -27,6 +27,8 @@ fn default_failed_jobs_history_limit() -> i32 {
 #[serde(rename_all = "camelCase")]
 pub struct JobTarget {
     /// Name of the PersistentVolumeClaim, in the job's namespace.
+    // Required and non-empty: upstream accepts an empty one and fails the job later.
+    // [differs: pvc-target-required]
     #[schemars(length(min = 1))]
     #[x_kube(validation = Rule::new("self == oldSelf").message("persistentVolumeClaim is immutable"))]
     pub persistent_volume_claim: String,
@@ -87,6 +89,7 @@ pub struct ReclaimSpaceJobStatus {
     pub message: Option<String>,
     /// Space the driver reported as reclaimed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "quantity_schema")]
     pub reclaimed_space: Option<Quantity>,
     /// Conditions of the job.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -170,6 +173,8 @@ pub enum ConcurrencyPolicy {
     Replace,
 }
 
+// Upstream's schema drops `labels` and `annotations` here, and rejects them under strict field
+// validation. [differs: template-metadata]
 /// Labels and annotations given to every job a cron job creates.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct JobTemplateMetadata {
@@ -179,6 +184,16 @@ pub struct JobTemplateMetadata {
     /// Annotations of the created jobs.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+}
+
+/// A `resource.Quantity` as the Kubernetes API validates one (a number, or a string such as `1Gi`),
+/// as upstream's schema has it; k8s-openapi's schema of the type has no pattern.
+fn quantity_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "pattern": r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$",
+        "x-kubernetes-int-or-string": true,
+    })
 }
 
 /// The job a ReclaimSpaceCronJob creates on each run.

@@ -19,6 +19,7 @@ pub enum FenceState {
 /// upstream's manager writes `secret: {}` back on every update of a fence that names no secret
 /// (a Go struct field), so requiring them would break it as a drop-in peer.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+// Both or neither (upstream's schema takes either alone). [differs: fence-secret-pair]
 #[x_kube(
     validation = Rule::new("has(self.name) == has(self.namespace)").message("secret needs both name and namespace")
 )]

@@ -61,6 +61,7 @@ pub struct VolumeGroupReplicationSpec {
     pub auto_resync: bool,
     /// The group and its replication are managed outside this operator: only status is tracked.
     #[serde(default)]
+    // Upstream's message says "source is immutable". [differs: external-message]
     #[x_kube(validation = Rule::new("self == oldSelf").message("external is immutable"))]
     pub external: bool,
 }

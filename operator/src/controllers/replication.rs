@@ -151,7 +151,7 @@ pub fn destination_condition(subject: &str, destination: &Destination, generatio
 
 /// Why the PVC may not be replicated by VolumeReplication `vr`: replicated by another one, or a
 /// member of a VolumeGroupReplication. Both directions are checked, whatever is already set
-/// (upstream's check fires only when both annotations are there).
+/// (upstream's check fires only when both annotations are there). [differs: pvc-one-owner]
 pub fn ownership_conflict(annotations: &BTreeMap<String, String>, vr: &str) -> Option<String> {
     if let Some(owner) = annotations.get(VR_OWNER).filter(|o| o.as_str() != vr) {
         return Some(format!("the PVC is already replicated by VolumeReplication {owner}"));

@@ -3,7 +3,8 @@
 //! type (its own thiserror enum, or `kube::Error` for the passes whose only failures are API
 //! calls) says each error's category; the category decides the retry
 //! (`core::run::error_policy`), the `csi_addons_reconcile_errors_total` label and the reason of
-//! the Warning event on the object.
+//! the Warning event on the object. Upstream retries every failure with controller-runtime's
+//! backoff and says nothing on the object. [differs: error-categories]
 use std::time::Duration;
 
 /// What kind of failure an error is.

@@ -1,6 +1,7 @@
 //! How every controller runs: kube's `Controller` with at most `max-concurrent-reconciles` passes
-//! at once, each pass recorded in controller-runtime's series, and a failed pass retried (or not)
-//! as its error's category says.
+//! at once (upstream runs one worker for VolumeGroupReplications, their contents and
+//! NetworkFenceClasses) [differs: all-controllers-workers], each pass recorded in
+//! controller-runtime's series, and a failed pass retried (or not) as its error's category says.
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;

@@ -132,6 +132,11 @@ impl SlimMeta {
         self.key.split_once('/').map(|(namespace, _)| namespace)
     }
 
+    /// The value of annotation `key`, if the cache kept it.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.iter().find(|(k, _)| &**k == key).map(|(_, v)| &**v)
+    }
+
     pub fn object_ref<K: Resource<DynamicType = ()>>(&self) -> ObjectRef<K> {
         let name = ObjectRef::new(self.name());
         match self.namespace() {

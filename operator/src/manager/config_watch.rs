@@ -1,6 +1,7 @@
 //! Re-applies `csi-addons-config` when it changes, without a restart (upstream reads it once). A
 //! ConfigMap with a bad value is refused whole: the settings in force stay, the error is logged and
 //! a Warning event is put on the ConfigMap; a deleted ConfigMap brings the flags' values back.
+//! [differs: config-live]
 use std::collections::BTreeMap;
 
 use futures::StreamExt;

@@ -268,7 +268,8 @@ async fn lead(
     }
 }
 
-/// How long the reconciles in flight get to finish when the manager stops or stops leading.
+/// How long the reconciles in flight get to finish when the manager stops or stops leading. A
+/// manager told to stop keeps the Lease until they have ended (see `run`). [differs: leader-drain]
 const RECONCILES_GRACE: Duration = Duration::from_secs(5);
 
 /// Runs until SIGINT or SIGTERM.

@@ -33,8 +33,15 @@ pub async fn run_all(core: Arc<Core>, volume_health_cleanup: bool, stop: watch::
     tasks.spawn(volume_group_replication_content::run(core.clone(), stopped(stop.clone())));
     // The PVC controller's caches, which the job controllers read too.
     let (claims, drivers) = (pvc::watch_claims(&core, volume_health_cleanup), PvDrivers::default());
+    let classes = pvc::watch_classes(&core);
     let (claims_store, claims_ready) = (claims.store.clone(), claims.ready.clone());
-    let volumes = VolumeCaches { attachments, claims: claims.store.clone(), drivers: drivers.clone() };
+    let volumes = VolumeCaches {
+        attachments,
+        claims: claims.store.clone(),
+        drivers: drivers.clone(),
+        classes: (classes.store.clone(), classes.ready.clone()),
+        roster: roster.clone(),
+    };
     tasks.spawn(jobs::run::<ReclaimSpaceJob>(core.clone(), volumes.clone(), stopped(stop.clone())));
     tasks.spawn(jobs::run::<EncryptionKeyRotationJob>(core.clone(), volumes, stopped(stop.clone())));
     let (owners, owner_events) = tokio::sync::mpsc::unbounded_channel();
@@ -69,7 +76,7 @@ pub async fn run_all(core: Arc<Core>, volume_health_cleanup: bool, stop: watch::
     ));
     tasks.spawn(pvc::run(
         core.clone(),
-        (claims, drivers),
+        (claims, classes, drivers),
         crons,
         owner_events,
         (roster, connected),

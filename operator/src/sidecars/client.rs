@@ -1,8 +1,9 @@
 //! How the manager talks to a sidecar: TLS that verifies the sidecar against its driver's CA
-//! (`driver_trust`), else against `--sidecar-ca-file`, else not at all (upstream's unverified
-//! TLS, so our manager can drive upstream's self-signed sidecars; said once per driver); plain
-//! TCP with `--enable-auth=false`; and the manager's ServiceAccount token on every call, re-read
-//! from its file as the kubelet rotates it.
+//! (`driver_trust`), else against `--sidecar-ca-file` (upstream never verifies a sidecar)
+//! [differs: sidecar-ca-file], else not at all (upstream's unverified TLS, so our manager can
+//! drive upstream's self-signed sidecars; said once per driver); plain TCP with
+//! `--enable-auth=false`; and the manager's ServiceAccount token on every call, re-read from its
+//! file as the kubelet rotates it.
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};

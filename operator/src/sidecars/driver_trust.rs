@@ -5,6 +5,7 @@
 //! issued). Drivers without it keep `--sidecar-ca-file`, or upstream's unverified TLS, with a
 //! warning when it is used. This works whoever manages the manager's Deployment (OLM reverts edits
 //! to it): nothing of the manager's changes, and it needs no access to Secrets.
+//! [differs: driver-ca]
 use std::collections::HashSet;
 use std::sync::Arc;
 

@@ -2,10 +2,11 @@
 //! (`<namespace>/<normalized pod name>`), with the lookups the reconcilers need. Unlike upstream,
 //! a lookup never dials (channels reconnect by themselves), so one broken sidecar cannot fail a
 //! lookup for the others; the leader is found through the driver's Lease in every namespace that
-//! has its sidecars, in a fixed order, so it is the same one every time; `ip:port` endpoints work
-//! (upstream's manager dials only `pod://` ones); an empty pod name is a key like any other
-//! (upstream's manager panics on it). A Lease's holder is remembered while it surely holds it
-//! (`lease_holders`), so a leader lookup reads the Lease once per lease term, not per operation.
+//! has its sidecars, in a fixed order, so it is the same one every time [differs: sidecar-lookup];
+//! `ip:port` endpoints work (upstream's manager dials only `pod://` ones) [differs: ip-endpoints];
+//! an empty pod name is a key like any other (upstream's manager panics on it). A Lease's holder
+//! is remembered while it surely holds it (`lease_holders`), so a leader lookup reads the Lease
+//! once per lease term, not per operation.
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock};

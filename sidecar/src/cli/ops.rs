@@ -85,7 +85,8 @@ async fn replication_source(cli: &Cli) -> anyhow::Result<repl::ReplicationSource
 
 fn usage(pre: Option<reclaimspace::StorageConsumption>, post: Option<reclaimspace::StorageConsumption>) -> Value {
     let (pre, post) = (pre.map(|u| u.usage_bytes), post.map(|u| u.usage_bytes));
-    // Reclaimed space is what was used before minus what is used after (upstream has it reversed).
+    // Reclaimed space is what was used before minus what is used after, as the manager counts it
+    // (upstream's CLI prints the two usages alone). [differs: cli-reclaimed-space]
     let reclaimed = pre.zip(post).map(|(a, b)| (a - b).max(0));
     json!({"preUsageBytes": pre, "postUsageBytes": post, "reclaimedBytes": reclaimed})
 }
@@ -250,6 +251,7 @@ pub async fn run(cli: &Cli) -> anyhow::Result<Value> {
                 parameters: volume.attributes.clone(),
                 secrets: node_stage_secret(&client, &volume).await?,
                 // A complete capability (upstream sends one without an access type, invalid in CSI).
+                // [differs: key-rotation-capability]
                 volume_capability: Some(resolve::capability(&volume)),
                 ..Default::default()
             };

@@ -25,6 +25,7 @@ impl Leadership {
     /// controller routes to a node's sidecar (node reclaim space, key rotation) are served on
     /// every replica, as upstream serves everything: the manager asks every sidecar for its fence
     /// clients, and node sidecars may advertise the controller service too.
+    /// [differs: sidecar-lease-writes]
     pub(super) fn require(&self) -> Result<(), Status> {
         match self {
             Leadership::Elected { lease, holder } if !*holder.borrow() => Err(Status::unavailable(format!(
@@ -84,8 +85,9 @@ impl Backend {
         resolve::volume(&self.kube, pv_name).await.map_err(|e| resolve_status(&e, tonic::Code::InvalidArgument))
     }
 
-    /// The Secret named by a request; none when both parts are empty. `code` is upstream's code
-    /// for a Secret that cannot be read (InvalidArgument or Internal, per service).
+    /// The Secret named by a request; none when both parts are empty (upstream's sidecar refuses
+    /// such a call). `code` is upstream's code for a Secret that cannot be read (InvalidArgument or
+    /// Internal, per service). [differs: no-secret-calls]
     pub(super) async fn secret(
         &self,
         namespace: &str,

@@ -1,5 +1,6 @@
 //! `proto.EncryptionKeyRotation`: the PV's handle, attributes and node-stage Secret, with a
 //! complete volume capability (upstream sends one without an access type, invalid in CSI).
+//! [differs: key-rotation-capability]
 //! Served on every replica, leader or not.
 use std::sync::Arc;
 

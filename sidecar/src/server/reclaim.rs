@@ -1,6 +1,7 @@
 //! `proto.ReclaimSpace`. Controller side: the PV's handle, attributes and node-stage Secret.
 //! Node side, better than upstream: `volume_path` is the kubelet's publish path of a Pod on this
 //! node that uses the volume, and `staging_target_path` is sent only where the driver stages.
+//! [differs: reclaim-paths]
 use std::sync::Arc;
 
 use api::proto::{internal as pb, reclaimspace as driver};

@@ -4,6 +4,7 @@ pub mod fence;
 pub mod groups;
 pub mod jobs;
 pub mod process;
+pub mod reclaim_side;
 pub mod replication;
 pub mod replication_conditions;
 pub mod schedules;

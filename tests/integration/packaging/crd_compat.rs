@@ -43,6 +43,31 @@ fn walk(schema: &Value, path: &str, required: bool, out: &mut BTreeMap<String, N
     }
 }
 
+/// A released schema with the values its stored objects can really hold where the schema did not
+/// spell them out: a `metav1.Condition`'s status is True, False or Unknown. That is the Kubernetes
+/// API's definition of the type; a kind's status is written only through its status subresource,
+/// which no role this project ships grants but the manager's; and every release's manager sets
+/// conditions through runtime-support's `condition`, which writes only those three. So no stored
+/// condition holds another value, and a schema that now lists the three narrows nothing stored,
+/// while one that lists fewer does.
+fn as_stored(schema: &Value) -> Value {
+    fn visit(value: &mut Value) {
+        if api::crds::is_condition(value)
+            && let Some(status) = value.pointer_mut("/properties/status").and_then(Value::as_object_mut)
+        {
+            status.entry("enum").or_insert_with(|| serde_json::json!(["True", "False", "Unknown"]));
+        }
+        match value {
+            Value::Object(map) => map.values_mut().for_each(visit),
+            Value::Array(items) => items.iter_mut().for_each(visit),
+            _ => {}
+        }
+    }
+    let mut schema = schema.clone();
+    visit(&mut schema);
+    schema
+}
+
 fn parent(path: &str) -> &str {
     path.rfind(['.', '[', '{']).map_or("", |i| &path[..i])
 }
@@ -67,7 +92,7 @@ fn breaking_changes(old: &Value, new: &Value) -> Vec<String> {
             continue;
         };
         let (mut was, mut is) = (BTreeMap::new(), BTreeMap::new());
-        walk(old_schema, "", false, &mut was);
+        walk(&as_stored(old_schema), "", false, &mut was);
         walk(new_schema, "", false, &mut is);
         for (path, node) in &was {
             match is.get(path) {
@@ -173,6 +198,18 @@ fn each_kind_of_break_is_found() {
     let mut narrowed = old.clone();
     narrowed.pointer_mut(&format!("{schema}/status/properties/result/enum")).unwrap().as_array_mut().unwrap().pop();
     cases.push((".status.result: enum narrowed", narrowed));
+
+    // A condition's status listing fewer values than the API's three is a narrowing; listing the
+    // three is not, even against a release whose schema listed none (`as_stored`).
+    let conditions = format!("{schema}/status/properties/conditions/items/properties/status");
+    let mut unlisted = old.clone();
+    unlisted.pointer_mut(&conditions).unwrap().as_object_mut().unwrap().remove("enum");
+    assert_eq!(breaking_changes(&unlisted, old), Vec::<String>::new(), "the API's three values narrow nothing");
+    let mut fewer = old.clone();
+    fewer.pointer_mut(&format!("{conditions}/enum")).unwrap().as_array_mut().unwrap().pop();
+    cases.push((".status.conditions[].status: enum narrowed", fewer.clone()));
+    let found = breaking_changes(&unlisted, &fewer);
+    assert!(found.len() == 1 && found[0].contains("no longer allows [String(\"Unknown\")]"), "{found:?}");
 
     let mut retyped = old.clone();
     retyped.pointer_mut(&format!("{schema}/spec/properties/backOffLimit")).unwrap()["type"] = "string".into();

@@ -7,6 +7,7 @@ use api::csiaddons::ConcurrencyPolicy;
 use crate::schedule::Schedule;
 
 /// Upstream stops catching up past this many missed runs; we start the latest instead and say so.
+/// [differs: cron-missed-runs]
 const MANY_MISSED: usize = 100;
 /// Bound on the walk over missed runs (a schedule every second, missed for a day, is 86,400).
 const WALK_LIMIT: usize = 200_000;
@@ -81,9 +82,11 @@ pub struct CronDecision {
     pub warning: Option<String>,
 }
 
-/// The child job for the run scheduled at `scheduled_at`: deterministic, so a run can never be
-/// started twice; shortened with a hash when the cron job's name is long (upstream's child of a
-/// 253-character cron job has a name the API server refuses).
+/// The child job for the run scheduled at `scheduled_at`, not at its staggered start (upstream's
+/// main branch names it after the start): deterministic, so a run can never be started twice.
+/// [differs: cron-child-names]
+/// Shortened with a hash when the cron job's name is long (upstream's child of a 253-character
+/// cron job has a name the API server refuses). [differs: cron-long-names]
 pub fn child_name(cron_job: &str, scheduled_at: i64) -> String {
     crate::names::fit(&format!("{cron_job}-{scheduled_at}"))
 }

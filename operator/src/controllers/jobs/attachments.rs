@@ -54,6 +54,7 @@ fn attached(attachment: &Attachment) -> Option<Attached> {
         return None;
     }
     // Inline volumes name no PV and are skipped (upstream's manager crashes on one).
+    // [differs: inline-volumes]
     let pv = attachment.spec.source.persistent_volume_name.clone()?;
     Some(Attached { pv, node: attachment.spec.node_name.clone() })
 }

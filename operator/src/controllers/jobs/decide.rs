@@ -7,7 +7,12 @@
 //! spends all its retries within a second).
 use std::time::Duration;
 
+use super::side::{ChosenSide, ReclaimSide, SideSource};
 use crate::core::backoff::{Failures, Policy};
+
+/// The capabilities that say a sidecar serves each side.
+pub const RECLAIM_ONLINE: &str = "reclaim_space.ONLINE";
+pub const RECLAIM_OFFLINE: &str = "reclaim_space.OFFLINE";
 
 /// upstream's defaults, applied when the spec says 0.
 pub const DEFAULT_BACK_OFF_LIMIT: i32 = 6;
@@ -123,6 +128,10 @@ pub struct ReclaimSides {
     pub driver_offline: bool,
     /// The driver's leader sidecar offers offline reclaim.
     pub leader_offline: bool,
+    /// What the driver offers is known: this manager has settled every CSIAddonsNode of the
+    /// driver (`Roster::settled`), and holds at least one. Until then a side it lacks may be a
+    /// sidecar not connected yet.
+    pub known: bool,
 }
 
 /// Why no reclaim-space call can be made now (worth retrying: sidecars come and go).
@@ -147,6 +156,28 @@ pub enum NoReclaimCall {
          the driver's Lease is not known ({why})"
     )]
     LeaderMissing { driver: String, why: String },
+    #[error(
+        "the reclaim side is node ({from}), and PV {pv} is not attached to any node: node-side reclaim runs \
+         where the volume is attached"
+    )]
+    SideNeedsAttachment { from: SideSource, pv: String },
+    #[error(
+        "the reclaim side is {side} ({from}), and no sidecar of driver {driver} offers {capability}: \
+         the driver does not serve that side"
+    )]
+    SideNotServed { side: ReclaimSide, from: SideSource, driver: String, capability: &'static str },
+    #[error(
+        "the reclaim side is {side} ({from}), and no sidecar of driver {driver} offering {capability} is \
+         connected yet"
+    )]
+    SideNotYet { side: ReclaimSide, from: SideSource, driver: String, capability: &'static str },
+}
+
+impl NoReclaimCall {
+    /// Whether waiting cannot help: only what a user chose and the driver can never serve.
+    pub fn permanent(&self) -> bool {
+        matches!(self, NoReclaimCall::SideNeedsAttachment { .. } | NoReclaimCall::SideNotServed { .. })
+    }
 }
 
 /// Which calls reclaim space for a volume, as upstream routes them: node-side on the node where
@@ -159,13 +190,67 @@ pub enum NoReclaimCall {
 /// than report success for the node side alone. A driver without online reclaim anywhere reclaims
 /// on the controller side, and one without offline reclaim on the node side (upstream requires the
 /// controller side). `Err` says what is missing; `leader_why` is why no leader was found, if not.
+///
+/// A side the user chose (`side`) is the only call: `node` needs the volume attached, and a side the
+/// driver is known not to offer fails rather than reclaim on the other.
 pub fn reclaim_plan(
+    (driver, pv): (&str, &str),
+    attached_to: Option<&str>,
+    sides: ReclaimSides,
+    leader_why: &str,
+    side: ChosenSide,
+) -> Result<Vec<ReclaimCall>, NoReclaimCall> {
+    match side.side {
+        ReclaimSide::Both => both_sides(driver, attached_to, sides, leader_why),
+        ReclaimSide::Node => node_side(driver, pv, attached_to, sides, side.from),
+        ReclaimSide::Controller => controller_side(driver, sides, leader_why, side.from),
+    }
+}
+
+fn node_side(
+    driver: &str,
+    pv: &str,
+    attached_to: Option<&str>,
+    sides: ReclaimSides,
+    from: SideSource,
+) -> Result<Vec<ReclaimCall>, NoReclaimCall> {
+    let (side, capability, driver_name) = (ReclaimSide::Node, RECLAIM_ONLINE, driver.to_owned());
+    if sides.known && !sides.driver_online {
+        return Err(NoReclaimCall::SideNotServed { side, from, driver: driver_name, capability });
+    }
+    let Some(node) = attached_to else {
+        return Err(NoReclaimCall::SideNeedsAttachment { from, pv: pv.to_owned() });
+    };
+    match (sides.node_online, sides.driver_online) {
+        (true, _) => Ok(vec![ReclaimCall::Node(node.to_owned())]),
+        (false, true) => Err(NoReclaimCall::NodeSidecarMissing { driver: driver_name, node: node.to_owned() }),
+        (false, false) => Err(NoReclaimCall::SideNotYet { side, from, driver: driver_name, capability }),
+    }
+}
+
+fn controller_side(
+    driver: &str,
+    sides: ReclaimSides,
+    leader_why: &str,
+    from: SideSource,
+) -> Result<Vec<ReclaimCall>, NoReclaimCall> {
+    let (side, capability, driver) = (ReclaimSide::Controller, RECLAIM_OFFLINE, driver.to_owned());
+    match (sides.leader_offline, sides.driver_offline) {
+        (true, _) => Ok(vec![ReclaimCall::Controller]),
+        (false, true) => Err(NoReclaimCall::LeaderMissing { driver, why: leader_why.to_owned() }),
+        (false, false) if sides.known => Err(NoReclaimCall::SideNotServed { side, from, driver, capability }),
+        (false, false) => Err(NoReclaimCall::SideNotYet { side, from, driver, capability }),
+    }
+}
+
+/// Upstream's routing: each side the driver offers.
+fn both_sides(
     driver: &str,
     attached_to: Option<&str>,
     sides: ReclaimSides,
     leader_why: &str,
 ) -> Result<Vec<ReclaimCall>, NoReclaimCall> {
-    let ReclaimSides { node_online, driver_online, driver_offline, leader_offline } = sides;
+    let ReclaimSides { node_online, driver_online, driver_offline, leader_offline, known: _ } = sides;
     if driver_offline && !leader_offline {
         return Err(NoReclaimCall::LeaderMissing { driver: driver.to_owned(), why: leader_why.to_owned() });
     }
@@ -268,6 +353,12 @@ mod tests {
         assert!(total >= Duration::from_secs(300) && total < Duration::from_secs(600), "{total:?}");
     }
 
+    const DEFAULT: ChosenSide = ChosenSide { side: ReclaimSide::Both, from: SideSource::Default };
+
+    fn plan(driver: &str, attached_to: Option<&str>, sides: ReclaimSides) -> Result<Vec<ReclaimCall>, NoReclaimCall> {
+        reclaim_plan((driver, "pv-1"), attached_to, sides, "", DEFAULT)
+    }
+
     #[test]
     fn reclaim_routing_uses_what_the_driver_offers() {
         use ReclaimCall::*;
@@ -276,29 +367,80 @@ mod tests {
             driver_online,
             driver_offline: leader_offline,
             leader_offline,
+            known: true,
         };
-        assert_eq!(reclaim_plan("d", Some("n1"), sides(true, true, true), ""), Ok(vec![Node("n1".into()), Controller]));
-        assert_eq!(reclaim_plan("d", None, sides(false, true, true), ""), Ok(vec![Controller]));
-        assert_eq!(
-            reclaim_plan("d", Some("n1"), sides(true, true, false), ""),
-            Ok(vec![Node("n1".into())]),
-            "online only works"
-        );
+        assert_eq!(plan("d", Some("n1"), sides(true, true, true)), Ok(vec![Node("n1".into()), Controller]));
+        assert_eq!(plan("d", None, sides(false, true, true)), Ok(vec![Controller]));
+        assert_eq!(plan("d", Some("n1"), sides(true, true, false)), Ok(vec![Node("n1".into())]), "online only works");
         // No online reclaim anywhere: the controller side alone.
-        assert_eq!(reclaim_plan("d", Some("n1"), sides(false, false, true), ""), Ok(vec![Controller]));
-        let err = reclaim_plan("rbd.csi.ceph.com", None, sides(false, true, false), "").unwrap_err().to_string();
+        assert_eq!(plan("d", Some("n1"), sides(false, false, true)), Ok(vec![Controller]));
+        let err = plan("rbd.csi.ceph.com", None, sides(false, true, false)).unwrap_err().to_string();
         assert!(err.contains("not attached") && err.contains("rbd.csi.ceph.com"), "{err}");
-        let err = reclaim_plan("d", Some("n1"), sides(false, false, false), "").unwrap_err().to_string();
+        let err = plan("d", Some("n1"), sides(false, false, false)).unwrap_err().to_string();
         assert!(err.contains("node n1"), "{err}");
         // The node's sidecar is missing while others offer online reclaim: wait for it.
-        let err = reclaim_plan("d", Some("n1"), sides(false, true, true), "").unwrap_err().to_string();
+        let err = plan("d", Some("n1"), sides(false, true, true)).unwrap_err().to_string();
         assert!(err.contains("node client not found") && err.contains("node n1"), "{err}");
         // A controller sidecar offers offline reclaim but none is known to lead: wait for it,
         // even though the node side alone could be done.
-        let no_leader =
-            ReclaimSides { node_online: true, driver_online: true, driver_offline: true, leader_offline: false };
-        let err = reclaim_plan("d", Some("n1"), no_leader, "no Lease ns/d-csi-addons").unwrap_err().to_string();
+        let no_leader = ReclaimSides {
+            node_online: true,
+            driver_online: true,
+            driver_offline: true,
+            leader_offline: false,
+            known: true,
+        };
+        let err = reclaim_plan(("d", "pv-1"), Some("n1"), no_leader, "no Lease ns/d-csi-addons", DEFAULT).unwrap_err();
+        assert!(!err.permanent());
+        let err = err.to_string();
         assert!(err.contains("controller client not found") && err.contains("no Lease ns/d-csi-addons"), "{err}");
+    }
+
+    #[test]
+    fn a_chosen_side_is_the_only_call_and_one_the_driver_lacks_fails_the_job() {
+        use ReclaimCall::*;
+        let everything =
+            ReclaimSides { node_online: true, driver_online: true, driver_offline: true, leader_offline: true, known: true };
+        let chosen = |side| ChosenSide { side, from: SideSource::Pvc };
+        let plan = |attached_to, sides, side| reclaim_plan(("d", "pv-1"), attached_to, sides, "why", chosen(side));
+        assert_eq!(plan(Some("n1"), everything, ReclaimSide::Node), Ok(vec![Node("n1".into())]));
+        assert_eq!(plan(Some("n1"), everything, ReclaimSide::Controller), Ok(vec![Controller]));
+        assert_eq!(plan(None, everything, ReclaimSide::Controller), Ok(vec![Controller]));
+        assert_eq!(plan(Some("n1"), everything, ReclaimSide::Both), Ok(vec![Node("n1".into()), Controller]));
+
+        // node on a volume that is not attached: failed at once, saying so.
+        let unattached = plan(None, everything, ReclaimSide::Node).unwrap_err();
+        assert!(unattached.permanent());
+        assert_eq!(
+            unattached.to_string(),
+            "the reclaim side is node (the PVC's annotation csi-addons-rs.io/reclaim-side), and PV pv-1 is not \
+             attached to any node: node-side reclaim runs where the volume is attached"
+        );
+
+        // A side no sidecar of the driver offers, every sidecar known: failed, naming side and driver.
+        let controller_only = ReclaimSides { node_online: false, driver_online: false, ..everything };
+        let lacking = plan(Some("n1"), controller_only, ReclaimSide::Node).unwrap_err();
+        assert!(lacking.permanent());
+        let message = lacking.to_string();
+        assert!(message.contains("side is node") && message.contains("driver d offers reclaim_space.ONLINE"), "{message}");
+        let node_only = ReclaimSides { driver_offline: false, leader_offline: false, ..everything };
+        let lacking = plan(Some("n1"), node_only, ReclaimSide::Controller).unwrap_err();
+        assert!(lacking.permanent() && lacking.to_string().contains("reclaim_space.OFFLINE"), "{lacking}");
+
+        // Not every sidecar connected yet (a start, a failover): a missing side is waited for.
+        let unsettled = ReclaimSides { known: false, ..controller_only };
+        let waiting = plan(Some("n1"), unsettled, ReclaimSide::Node).unwrap_err();
+        assert!(!waiting.permanent() && waiting.to_string().contains("connected yet"), "{waiting}");
+        let unsettled = ReclaimSides { known: false, ..node_only };
+        assert!(!plan(None, unsettled, ReclaimSide::Controller).unwrap_err().permanent());
+        // The node's own sidecar is missing while others offer online reclaim: waited for too.
+        let elsewhere = ReclaimSides { node_online: false, ..everything };
+        let waiting = plan(Some("n1"), elsewhere, ReclaimSide::Node).unwrap_err();
+        assert!(!waiting.permanent() && waiting.to_string().contains("node client not found"), "{waiting}");
+        // The leader is not known yet: waited for, whichever side asked for it.
+        let no_leader = ReclaimSides { leader_offline: false, ..everything };
+        let waiting = plan(Some("n1"), no_leader, ReclaimSide::Controller).unwrap_err();
+        assert!(!waiting.permanent() && waiting.to_string().contains("controller client not found"), "{waiting}");
     }
 
     #[test]

@@ -9,9 +9,10 @@ use api::proto::internal::encryption_key_rotation_client::EncryptionKeyRotationC
 use api::proto::internal::reclaim_space_client::ReclaimSpaceClient;
 use api::proto::internal::{EncryptionKeyRotateRequest, ReclaimSpaceRequest};
 
+pub use super::decide::{RECLAIM_OFFLINE, RECLAIM_ONLINE};
 use super::decide::{Limits, ReclaimCall, ReclaimSides, reclaim_plan, reclaimed_bytes};
-use super::{AttemptError, Done, JobKind, Volume};
-use crate::core::Core;
+use super::side::{ChosenSide, RECLAIM_SIDE_ANNOTATION, chosen_side};
+use super::{AttemptError, Done, JobContext, JobKind, Volume};
 use crate::core::slim::Slimmable;
 use crate::sidecars::client::with_timeout;
 
@@ -48,13 +49,12 @@ macro_rules! slimmable_job {
 slimmable_job!(ReclaimSpaceJob, ReclaimSpaceJobSpec, ReclaimSpaceJobStatus);
 slimmable_job!(EncryptionKeyRotationJob, EncryptionKeyRotationJobSpec, EncryptionKeyRotationJobStatus);
 
-pub const RECLAIM_ONLINE: &str = "reclaim_space.ONLINE";
-pub const RECLAIM_OFFLINE: &str = "reclaim_space.OFFLINE";
 pub const KEY_ROTATION: &str = "encryption_key_rotation.ENCRYPTIONKEYROTATION";
 
 impl JobKind for ReclaimSpaceJob {
     const CONTROLLER: &'static str = "reclaimspacejob";
     const SUCCESS: &'static str = "Reclaim Space operation successfully completed.";
+    const KEPT_ANNOTATIONS: &'static [&'static str] = &[RECLAIM_SIDE_ANNOTATION];
 
     fn pvc(&self) -> &str {
         &self.spec.target.persistent_volume_claim
@@ -74,7 +74,8 @@ impl JobKind for ReclaimSpaceJob {
 
     keep_only_outcome!(ReclaimSpaceJobStatus);
 
-    async fn attempt(ctx: &Core, volume: &Volume, timeout: Duration) -> Result<Done, AttemptError> {
+    async fn attempt(ctx: &JobContext, job: &Self, volume: &Volume, timeout: Duration) -> Result<Done, AttemptError> {
+        let side = Box::pin(reclaim_side(ctx, job, volume)).await?;
         let node = volume.attached_to.as_deref().and_then(|n| ctx.pool.on_node(&volume.driver, n, RECLAIM_ONLINE).ok());
         // Boxed, as the calls below: a pass waits in one of them at a time, and a hundred passes
         // run at once; inline, each pass would hold room for all of them for its whole life.
@@ -88,11 +89,13 @@ impl JobKind for ReclaimSpaceJob {
             driver_online: ctx.pool.offers(&volume.driver, RECLAIM_ONLINE),
             driver_offline: ctx.pool.offers(&volume.driver, RECLAIM_OFFLINE),
             leader_offline: leader.is_some(),
+            known: ctx.state.caches.roster.settled(&ctx.pool, &volume.driver)
+                && !ctx.pool.namespaces_of(&volume.driver).is_empty(),
         };
-        let plan = reclaim_plan(&volume.driver, volume.attached_to.as_deref(), sides, &leader_why)?;
+        let plan = reclaim_plan((&volume.driver, &volume.pv), volume.attached_to.as_deref(), sides, &leader_why, side)?;
         let mut usages = Vec::new();
         for call in plan {
-            let (connection, method, side) = match &call {
+            let (connection, method, what) = match &call {
                 ReclaimCall::Node(_) => (node.clone(), "ReclaimSpace/NodeReclaimSpace", "make node request to"),
                 ReclaimCall::Controller => {
                     (leader.clone(), "ReclaimSpace/ControllerReclaimSpace", "make controller request to")
@@ -121,11 +124,20 @@ impl JobKind for ReclaimSpaceJob {
                     let answer = answer.into_inner();
                     usages.push((answer.pre_usage.map(|u| u.usage_bytes), answer.post_usage.map(|u| u.usage_bytes)));
                 }
-                // As upstream: a side the driver does not implement reclaims nothing.
-                Err(status) if status.code() == tonic::Code::Unimplemented => {}
+                // As upstream: a side the driver does not implement reclaims nothing, unless it is
+                // the side the user chose.
+                Err(status) if status.code() == tonic::Code::Unimplemented && !side.is_explicit() => {}
+                Err(status) if status.code() == tonic::Code::Unimplemented => {
+                    return Err(AttemptError::SideUnimplemented {
+                        side,
+                        driver: volume.driver.clone(),
+                        method,
+                        message: status.message().to_owned(),
+                    });
+                }
                 Err(status) => {
                     return Err(AttemptError::Call {
-                        what: side,
+                        what,
                         sidecar: connection.key(),
                         code: status.code(),
                         message: status.message().to_owned(),
@@ -137,9 +149,22 @@ impl JobKind for ReclaimSpaceJob {
     }
 }
 
+/// The side `job` reclaims on: its own annotation's, else its PVC's, else its StorageClass's (read
+/// only when neither has one), else both.
+async fn reclaim_side(ctx: &JobContext, job: &ReclaimSpaceJob, volume: &Volume) -> Result<ChosenSide, AttemptError> {
+    let of_job = job.metadata.annotations.as_ref().and_then(|a| a.get(RECLAIM_SIDE_ANNOTATION)).map(String::as_str);
+    let of_pvc = volume.pvc_reclaim_side.as_deref();
+    let of_class = match (of_job, of_pvc, volume.storage_class.as_deref()) {
+        (None, None, Some(class)) => ctx.state.caches.class_annotation(class, RECLAIM_SIDE_ANNOTATION).await?,
+        _ => None,
+    };
+    Ok(chosen_side(of_job, of_pvc, of_class.as_deref())?)
+}
+
 impl JobKind for EncryptionKeyRotationJob {
     const CONTROLLER: &'static str = "encryptionkeyrotationjob";
     const SUCCESS: &'static str = "Key rotation operation successfully completed.";
+    const KEPT_ANNOTATIONS: &'static [&'static str] = &[];
 
     fn pvc(&self) -> &str {
         &self.spec.target.persistent_volume_claim
@@ -160,7 +185,7 @@ impl JobKind for EncryptionKeyRotationJob {
 
     keep_only_outcome!(EncryptionKeyRotationJobStatus);
 
-    async fn attempt(ctx: &Core, volume: &Volume, timeout: Duration) -> Result<Done, AttemptError> {
+    async fn attempt(ctx: &JobContext, _job: &Self, volume: &Volume, timeout: Duration) -> Result<Done, AttemptError> {
         let Some(node) = volume.attached_to.as_deref() else {
             return Err(AttemptError::NotAttached(volume.pv.clone()));
         };

@@ -7,6 +7,7 @@ pub mod attachments;
 pub mod decide;
 pub mod kinds;
 pub mod shares;
+pub mod side;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -15,8 +16,9 @@ use std::time::Duration;
 use api::csiaddons::OperationResult;
 use futures::{Future, StreamExt};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -24,8 +26,11 @@ use serde_json::json;
 use self::attachments::{Attachments, NotSynced};
 use self::decide::{Limits, NoReclaimCall, Step, next_step};
 use self::shares::{JobKey, Shares};
+use self::side::{BadSide, ChosenSide, RECLAIM_SIDE_ANNOTATION};
+use crate::cache_ready::Ready;
 use crate::claim::Claim;
 use crate::compact::CsiPv;
+use crate::controllers::node::Roster;
 use crate::core::Core;
 use crate::core::action::Action;
 use crate::core::backoff::{Backoff, prune_periodically};
@@ -46,6 +51,16 @@ pub struct Volume {
     pub driver: String,
     /// The node where a live VolumeAttachment says the volume is attached.
     pub attached_to: Option<String>,
+    /// The PVC's StorageClass, and its `csi-addons-rs.io/reclaim-side` annotation.
+    pub storage_class: Option<String>,
+    pub pvc_reclaim_side: Option<String>,
+}
+
+/// What a job reads of its PVC.
+struct BoundClaim {
+    pv: String,
+    storage_class: Option<String>,
+    reclaim_side: Option<String>,
 }
 
 /// What an attempt did.
@@ -94,12 +109,25 @@ pub enum AttemptError {
     Call { what: &'static str, sidecar: String, code: tonic::Code, message: String },
     #[error("driver {driver} does not implement EncryptionKeyRotate ({message}); the key was not rotated")]
     RotationUnimplemented { driver: String, message: String },
+    #[error(transparent)]
+    BadSide(#[from] BadSide),
+    #[error("the reclaim side is {} ({}), and driver {driver} does not implement {method}: {message}", .side.side, .side.from)]
+    SideUnimplemented { side: ChosenSide, driver: String, method: &'static str, message: String },
+    #[error("the StorageClass cache has no full list yet, so StorageClass {0}'s reclaim side is not known")]
+    ClassesNotSynced(String),
 }
 
 impl AttemptError {
     /// Whether waiting cannot help: the job fails at once.
     pub fn permanent(&self) -> bool {
-        matches!(self, AttemptError::NotCsi { .. } | AttemptError::RotationUnimplemented { .. })
+        match self {
+            AttemptError::NotCsi { .. }
+            | AttemptError::RotationUnimplemented { .. }
+            | AttemptError::BadSide(_)
+            | AttemptError::SideUnimplemented { .. } => true,
+            AttemptError::NoCall(no_call) => no_call.permanent(),
+            _ => false,
+        }
     }
 }
 
@@ -122,14 +150,36 @@ pub struct VolumeCaches {
     pub attachments: Arc<Attachments>,
     pub claims: SlimStore<Claim>,
     pub drivers: PvDrivers,
+    /// The StorageClasses the PVC controller watches, and when they have their first full list.
+    pub classes: (Store<StorageClass>, Ready),
+    /// Whether every sidecar of a driver is connected, before a side it lacks is taken as final.
+    pub roster: Roster,
 }
+
+/// How long a job waits for the StorageClass cache's first list before its attempt fails (and is
+/// retried): moments after a start it is still listing.
+const CLASSES_WAIT: Duration = Duration::from_secs(10);
 
 impl VolumeCaches {
     /// The PV of `namespace/pvc` if the cache has it bound. Otherwise the PVC is read: the cache
     /// may not show it, or its bind, yet.
-    fn bound_volume(&self, namespace: &str, pvc: &str) -> Option<String> {
+    fn bound_claim(&self, namespace: &str, pvc: &str) -> Option<BoundClaim> {
         let claim = self.claims.get(Some(namespace), pvc)?;
-        claim.rest.bound_volume().map(str::to_owned)
+        Some(BoundClaim {
+            pv: claim.rest.bound_volume()?.to_owned(),
+            storage_class: claim.rest.storage_class().map(str::to_owned),
+            reclaim_side: claim.meta.annotation(RECLAIM_SIDE_ANNOTATION).map(str::to_owned),
+        })
+    }
+
+    /// `key`'s value on StorageClass `class` (None for a class that does not exist).
+    async fn class_annotation(&self, class: &str, key: &str) -> Result<Option<String>, AttemptError> {
+        let (store, ready) = &self.classes;
+        if !ready.is_ready() && !matches!(tokio::time::timeout(CLASSES_WAIT, ready.wait()).await, Ok(Ok(()))) {
+            return Err(AttemptError::ClassesNotSynced(class.to_owned()));
+        }
+        let found = store.get(&ObjectRef::new(class));
+        Ok(found.and_then(|c| c.metadata.annotations.as_ref()?.get(key).cloned()))
     }
 
     /// The CSI driver of `pv` if the cache has it. A PV it does not know, or knows as not CSI, is
@@ -161,6 +211,8 @@ pub trait JobKind: crate::core::watch::NamespacedKind + crate::core::slim::Slimm
     /// controller-runtime's name for upstream's controller of this kind.
     const CONTROLLER: &'static str;
     const SUCCESS: &'static str;
+    /// The annotations an attempt reads; the cache drops the others.
+    const KEPT_ANNOTATIONS: &'static [&'static str];
     fn pvc(&self) -> &str;
     fn limits(&self) -> Limits;
     /// `spec.timeout` in seconds.
@@ -172,7 +224,8 @@ pub trait JobKind: crate::core::watch::NamespacedKind + crate::core::slim::Slimm
     fn keep_only_outcome(&mut self);
     /// One attempt of the operation.
     fn attempt(
-        ctx: &Core,
+        ctx: &JobContext,
+        job: &Self,
         volume: &Volume,
         timeout: Duration,
     ) -> impl Future<Output = Result<Done, AttemptError>> + Send;
@@ -202,11 +255,18 @@ pub async fn run<K: JobKind>(
     caches: VolumeCaches,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    // Cached slim (`core::slim`) and as a pass reads them: no labels, annotations or owners; of a
-    // finished job only the outcome (finished jobs are kept for as long as they exist).
+    // Cached slim (`core::slim`) and as a pass reads them: no labels, owners or annotations but
+    // those the kind reads; of a finished job only the outcome (finished jobs are kept for as long
+    // as they exist).
     let (store, ready, events) = crate::core::watch::slim_watch(core.watched::<K>(), |job: &mut K| {
         let meta = job.meta_mut();
-        (meta.labels, meta.annotations, meta.owner_references) = (None, None, None);
+        (meta.labels, meta.owner_references) = (None, None);
+        if let Some(annotations) = meta.annotations.as_mut() {
+            annotations.retain(|key, _| K::KEPT_ANNOTATIONS.contains(&key.as_str()));
+        }
+        if meta.annotations.as_ref().is_some_and(std::collections::BTreeMap::is_empty) {
+            meta.annotations = None;
+        }
         job.keep_only_outcome();
     });
     let changes = crate::core::watch::changed_objects(events, store.clone());
@@ -297,7 +357,7 @@ pub(crate) async fn reconcile<K: JobKind>(job: Arc<K>, ctx: Arc<JobContext>) -> 
     };
     let outcome = match volume(&ctx, job.as_ref()).await {
         Ok(volume) => match early.or_else(|| ctx.state.shares.take(&volume.driver, &key())) {
-            Some(_share) => K::attempt(&ctx, &volume, timeout).await,
+            Some(_share) => K::attempt(&ctx, job.as_ref(), &volume, timeout).await,
             None => {
                 tracing::debug!(job = %job.name_any(), driver = %volume.driver, "the driver's share of the workers is taken: queued");
                 return Ok(Action::requeue(SHARE_RECHECK));
@@ -431,8 +491,8 @@ async fn volume<K: JobKind>(ctx: &JobContext, job: &K) -> Result<Volume, Attempt
     // Each object is read into a box and dropped before the next request: a PV is kilobytes
     // inline, and a hundred passes wait here at once.
     let caches = &ctx.state.caches;
-    let pv_name = if let Some(pv) = caches.bound_volume(&namespace, name) {
-        pv
+    let claim = if let Some(claim) = caches.bound_claim(&namespace, name) {
+        claim
     } else {
         let pvcs = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &namespace);
         let pvc = Box::pin(read_cached(&pvcs, name))
@@ -440,9 +500,12 @@ async fn volume<K: JobKind>(ctx: &JobContext, job: &K) -> Result<Volume, Attempt
             .map_err(|source| AttemptError::ReadPvc { pvc: pvc_name(), source: Box::new(source) })?
             .ok_or_else(|| AttemptError::NoPvc(pvc_name()))?;
         let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
-        let pv_name = pvc.spec.and_then(|s| s.volume_name).filter(|v| !v.is_empty());
-        pv_name.filter(|_| bound).ok_or_else(|| AttemptError::NotBound(pvc_name()))?
+        let reclaim_side = pvc.metadata.annotations.and_then(|mut a| a.remove(RECLAIM_SIDE_ANNOTATION));
+        let spec = pvc.spec.unwrap_or_default();
+        let pv = spec.volume_name.filter(|v| bound && !v.is_empty()).ok_or_else(|| AttemptError::NotBound(pvc_name()))?;
+        BoundClaim { pv, storage_class: spec.storage_class_name, reclaim_side }
     };
+    let BoundClaim { pv: pv_name, storage_class, reclaim_side: pvc_reclaim_side } = claim;
     let driver = if let Some(driver) = caches.driver(&pv_name) {
         driver
     } else {
@@ -461,7 +524,7 @@ async fn volume<K: JobKind>(ctx: &JobContext, job: &K) -> Result<Volume, Attempt
         .node_of(&pv_name)
         .await
         .map_err(|source| AttemptError::Attachment { pv: pv_name.clone(), source })?;
-    Ok(Volume { pvc: name.to_owned(), attached_to, pv: pv_name, driver })
+    Ok(Volume { pvc: name.to_owned(), attached_to, pv: pv_name, driver, storage_class, pvc_reclaim_side })
 }
 
 #[cfg(test)]

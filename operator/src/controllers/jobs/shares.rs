@@ -3,7 +3,8 @@
 //! driver) would otherwise end up holding every worker, and the jobs of every other driver would
 //! wait for it. So the passes of one driver may hold at most three quarters of the workers at once
 //! (all but one when there are fewer than eight, and the one when there is only one); the rest stay
-//! free for the other drivers.
+//! free for the other drivers (upstream's workers all end up waiting on such a sidecar).
+//! [differs: driver-share]
 //!
 //! A pass over its driver's share does not wait for one (waiting would hold a worker too): it is
 //! queued, and run again as soon as a call of its driver ends. The queue remembers the driver of

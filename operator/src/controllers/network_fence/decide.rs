@@ -60,7 +60,8 @@ pub fn validate(spec: &NetworkFenceSpec) -> Result<(), InvalidSpec> {
     Ok(())
 }
 
-/// The annotation a NetworkFence needs to fence every address (`0.0.0.0/0` or `::/0`).
+/// The annotation a NetworkFence needs to fence every address (`0.0.0.0/0` or `::/0`); upstream
+/// fences every address without one. [differs: fence-everything]
 pub const FENCE_EVERYTHING_ANNOTATION: &str = "csi-addons-rs.io/fence-everything";
 
 /// A fence of every address cuts every client off the storage, the cluster's own nodes too: a slip
@@ -160,7 +161,9 @@ fn applied_condition(fence: &NetworkFence) -> Option<&Condition> {
     fence.status.as_ref()?.conditions.iter().find(|c| c.type_ == APPLIED_CONDITION)
 }
 
-/// Whether the driver already holds the spec's state for this generation: nothing to call.
+/// Whether the driver already holds the spec's state for this generation, as the `FenceApplied`
+/// condition records it: nothing to call (upstream's manager calls the driver for every fence each
+/// time it starts). [differs: fence-applied]
 pub fn up_to_date(fence: &NetworkFence) -> bool {
     let Some(condition) = applied_condition(fence) else { return false };
     let wanted = match fence.spec.fence_state {

@@ -2,6 +2,7 @@
 //! sidecar runs in, and what a failed connection attempt leads to (a retry after a growing wait,
 //! or, after the last, the object's deletion so that the sidecar registers again). Unlike
 //! upstream, the retry delay is read as seconds and the count is a status field.
+//! [differs: node-retries]
 use std::time::Duration;
 
 use api::csiaddons::{CSIAddonsNode, SIDECAR_POD_ANNOTATION};

@@ -15,6 +15,7 @@ use crate::sidecars::client::with_timeout;
 use crate::sidecars::pool::Connection;
 
 /// Upstream sets none; a driver that never answers must not hold the reconciler forever.
+/// [differs: fence-clients-timeout]
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Why the fence clients could not be listed, naming the class.
@@ -37,7 +38,8 @@ pub enum FenceClientsError {
 }
 
 /// The fence clients per named class, sorted by class. Classes that no longer exist are left
-/// out.
+/// out, so a deleted class's entry goes from `networkFenceClientStatus`.
+/// [differs: fence-class-cleanup]
 pub async fn list(
     ctx: &Core,
     node: &CSIAddonsNode,

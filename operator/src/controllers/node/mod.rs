@@ -2,7 +2,7 @@
 //! capabilities. fetch → validate (`decide::validate`) → decide (reuse or dial;
 //! `decide::after_failure`) → act (GetCapabilities) → status. Unlike upstream: the retry count is
 //! a status field (upstream writes it into `status.reason` as text), a healthy pooled connection
-//! is reused rather than replaced every pass, `ip:port` endpoints work.
+//! is reused rather than replaced every pass [differs: keep-connection], `ip:port` endpoints work.
 pub mod decide;
 pub mod fence_clients;
 pub mod roster;
@@ -200,7 +200,7 @@ pub(crate) async fn reconcile(node: Arc<CSIAddonsNode>, ctx: Arc<NodeContext>) -
             ctx.state.roster.set_failed(&uid, false);
             let newly = !ctx.pool.holds_node(&namespace, &name);
             // Pooled before the fence clients are asked for: a failure there leaks nothing
-            // (upstream's manager loses the connection it dialled).
+            // (upstream's manager loses the connection it dialled). [differs: fence-clients-pooled]
             let connection = ctx.pool.put(connection);
             publish_connections(&ctx);
             if newly {

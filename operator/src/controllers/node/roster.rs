@@ -1,6 +1,8 @@
 //! The CSIAddonsNodes in the cache, and whether this manager has settled each one's connection
 //! yet. Other controllers ask it before concluding from the pool that a driver offers nothing: at
-//! a start or failover the pool fills pass by pass, and an empty pool then means "not yet".
+//! a start or failover the pool fills pass by pass, and an empty pool then means "not yet"
+//! (upstream's PVC controller takes it for "offers nothing" and deletes the managed cron jobs).
+//! [differs: schedule-wait-connected]
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 

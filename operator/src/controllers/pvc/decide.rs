@@ -38,11 +38,13 @@ impl Feature {
 
     /// The PVC annotation in which upstream's default mode names the child it made (read, so those
     /// children are adopted; we name ours deterministically and write nothing on the PVC).
+    /// [differs: pvc-writes]
     pub fn cronjob_key(self) -> String {
         format!("{}/cronjob", self.prefix())
     }
 
-    /// The Namespace annotation listing drivers.
+    /// The Namespace annotation listing drivers, matched against the PV's driver name (upstream's
+    /// against this key itself, which no list names). [differs: namespace-drivers]
     pub fn drivers_key(self) -> String {
         format!("{}/drivers", self.prefix())
     }
@@ -88,7 +90,8 @@ pub enum Desired {
 
 pub fn desired(feature: Feature, precedence: SchedulePrecedence, sources: &Sources<'_>) -> Desired {
     let ordered: Vec<(Source, &BTreeMap<String, String>)> = match precedence {
-        // The StorageClass is the only source of truth in that mode.
+        // The StorageClass is the only source of truth in that mode: one that is gone is no
+        // schedule, and the managed cron jobs go (upstream leaves them). [differs: storageclass-gone]
         SchedulePrecedence::StorageClass => {
             sources.storage_class.map(|sc| (Source::StorageClass, sc)).into_iter().collect()
         }
@@ -145,7 +148,8 @@ pub fn names_a_schedule(feature: Feature, sources: &Sources<'_>) -> bool {
 }
 
 /// The managed cron job's name: `<pvc>-reclaimspace` / `<pvc>-keyrotation` (upstream's
-/// storage-class mode names), shortened with a hash past 253 characters.
+/// storage-class mode names) in both modes, shortened with a hash past 253 characters.
+/// [differs: pvc-cron-names]
 pub fn child_name(pvc: &str, feature: Feature) -> String {
     crate::names::fit(&format!("{pvc}-{}", feature.suffix()))
 }

@@ -29,7 +29,9 @@ use self::decide::{
 use crate::cache_ready::{Ready, Stopped};
 use crate::claim::Claim;
 use crate::compact::CsiPv;
-use crate::controllers::jobs::kinds::{KEY_ROTATION, RECLAIM_OFFLINE, RECLAIM_ONLINE};
+use crate::controllers::jobs::decide::{RECLAIM_OFFLINE, RECLAIM_ONLINE};
+use crate::controllers::jobs::kinds::KEY_ROTATION;
+use crate::controllers::jobs::side::RECLAIM_SIDE_ANNOTATION;
 use crate::controllers::volume_health::decide::keep_checked;
 use crate::core::Core;
 use crate::core::action::Action;
@@ -144,22 +146,37 @@ pub struct ClaimWatch {
     events: futures::stream::BoxStream<'static, Result<watcher::Event<Claim>, watcher::Error>>,
 }
 
-/// Every PVC, trimmed to what a pass reads (`Claim`, the annotations this controller reads), and
-/// with `volume_health` what the volume-health cleanup reads.
+/// Every PVC, trimmed to what a pass reads (`Claim`, the annotations this controller and the
+/// reclaim-space jobs read), and with `volume_health` what the volume-health cleanup reads.
 pub fn watch_claims(ctx: &Core, volume_health: bool) -> ClaimWatch {
-    let keys = relevant_keys();
+    let mut keys = relevant_keys();
+    keys.push(RECLAIM_SIDE_ANNOTATION.to_owned());
     let (store, ready, events) =
         crate::core::watch::slim_watch(ctx.watched::<Claim>(), move |pvc| trim_pvc(pvc, &keys, volume_health));
     ClaimWatch { store, ready, events: events.boxed() }
 }
 
-/// `claims`: the PVC watch and the PV drivers index this controller keeps (from `watch_claims`
-/// and `PvDrivers::default`); `owner_events`: PVCs whose cron jobs changed or went (from the cron
+/// The StorageClass watch, made before the controller starts: the reclaim-space jobs read its
+/// cache too (a StorageClass's reclaim side).
+pub struct ClassWatch {
+    pub store: Store<StorageClass>,
+    pub ready: Ready,
+    events: futures::stream::BoxStream<'static, Result<watcher::Event<StorageClass>, watcher::Error>>,
+}
+
+pub fn watch_classes(ctx: &Core) -> ClassWatch {
+    let (store, ready, events) =
+        crate::core::watch::cached_watch(Api::<StorageClass>::all(ctx.client.clone()), |_| {});
+    ClassWatch { store, ready, events: events.boxed() }
+}
+
+/// `claims`: the PVC watch, the StorageClass watch and the PV drivers index this controller keeps
+/// (from `watch_claims`, `watch_classes` and `PvDrivers::default`); `owner_events`: PVCs whose cron jobs changed or went (from the cron
 /// controllers' watches); `connected`: drivers one of whose sidecars was just pooled (the node
 /// controller's news).
 pub async fn run(
     ctx: Arc<Core>,
-    (claims, drivers): (ClaimWatch, PvDrivers),
+    (claims, class_watch, drivers): (ClaimWatch, ClassWatch, PvDrivers),
     crons: CronCaches,
     owner_events: tokio::sync::mpsc::UnboundedReceiver<ObjectRef<Claim>>,
     (roster, connected): (crate::controllers::node::Roster, tokio::sync::mpsc::UnboundedReceiver<String>),
@@ -183,8 +200,7 @@ pub async fn run(
         .applied_objects()
         .predicate_filter(kube::runtime::predicates::annotations, PredicateConfig::default());
 
-    let (classes, sc_ready, sc_events) =
-        crate::core::watch::cached_watch(Api::<StorageClass>::all(client.clone()), |_| {});
+    let ClassWatch { store: classes, ready: sc_ready, events: sc_events } = class_watch;
     let sc_stream = sc_events
         .applied_objects()
         .predicate_filter(kube::runtime::predicates::annotations, PredicateConfig::default());

@@ -58,6 +58,7 @@ pub struct TooManyPvcs {
 }
 
 /// Upstream's limit, with the number printed as a number (upstream's message prints a character).
+/// [differs: max-group-pvcs-message]
 pub fn check_count(count: usize, limit: u32) -> Result<(), TooManyPvcs> {
     if count > limit as usize {
         return Err(TooManyPvcs { count, limit });
@@ -72,7 +73,8 @@ pub fn content_error(content: &VolumeGroupReplicationContent) -> Option<String> 
 }
 
 /// Whether every member's destination is known to the content (upstream's main branch's rule for the
-/// group's `DestinationInfoAvailable`).
+/// group's `DestinationInfoAvailable`, which it applies to a copy of the content it has not read
+/// yet, so its group's condition never becomes True). [differs: group-destination-info]
 pub fn group_destination(content: &VolumeGroupReplicationContent, members: usize) -> rep::Destination {
     let mapped = content.status.as_ref().map(|s| s.persistent_volume_mapping_list.as_slice()).unwrap_or_default();
     let known = mapped.iter().filter(|m| m.destination_volume_handle.as_deref().is_some_and(|d| !d.is_empty())).count();

@@ -4,10 +4,10 @@
 //! ownership, handles) → decide (`decide`: members, their limit, the children's names) → act (mark
 //! members, create or update content and VolumeReplication) → status (the VolumeReplication's, plus
 //! the members). Unlike upstream: label-only PVC changes add and remove members (upstream's PVC
-//! watch sees generation changes only), the limit's message prints a number, a PVC of a
-//! VolumeReplication is refused whichever came first, an error of the content shows in the status
-//! and as a Warning event (upstream's group says nothing), and the reconciler honours
-//! `max-concurrent-reconciles` (upstream runs one worker).
+//! watch sees generation changes only) [differs: group-label-changes], the limit's message prints
+//! a number, a PVC of a VolumeReplication is refused whichever came first, an error of the content
+//! shows in the status and as a Warning event (upstream's group says nothing), and the reconciler
+//! honours `max-concurrent-reconciles` (upstream runs one worker).
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -248,6 +248,7 @@ async fn build(ctx: &Core, vgr: &VolumeGroupReplication) -> Result<Action, Probl
     }
     let refs: Vec<serde_json::Value> = names.iter().map(|n| json!({"name": n})).collect();
     // A failing content says why here (upstream: "Progressing" forever, #1076).
+    // [differs: group-content-errors]
     if let Some(error) = content_error(&content) {
         let message = format!("VolumeGroupReplicationContent {content_name}: {error}");
         write_status(ctx, vgr, None, (&refs, None), Some(&message)).await?;

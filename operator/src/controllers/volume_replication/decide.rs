@@ -88,6 +88,7 @@ pub fn reported(desired: ReplicationState) -> (ObservedReplicationState, &'stati
 
 /// Conditions after promoting. `Validated` is set too (upstream leaves it as an earlier failure
 /// left it, with that pass's generation, which a DR orchestrator reads as stale for ever).
+/// [differs: validated-on-promote]
 pub fn promoted(conditions: &[Condition], subject: &str, generation: Option<i64>) -> Vec<Condition> {
     let set = [
         ("Completed", true, "Promoted", "is promoted to primary and replicating to secondary"),

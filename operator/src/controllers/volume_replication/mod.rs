@@ -2,8 +2,9 @@
 //! parameters, source, ownership) → decide (`decide::plan`) → act (Enable/Promote, Demote,
 //! Resync; then replication and destination info) → status, conditions and events. Unlike
 //! upstream: a PVC of a VolumeGroupReplication is refused whichever annotation came first; a
-//! driver without GetReplicationDestinationInfo is "not supported", not a retry loop; terminating
-//! PVCs are never replicated; events on every transition and failure.
+//! driver without GetReplicationDestinationInfo is "not supported", not a retry loop; events on
+//! every transition and failure (upstream records none). [differs: replication-events] As upstream,
+//! a terminating PVC is not taken on.
 pub mod decide;
 pub mod source;
 
@@ -330,6 +331,8 @@ async fn act(ctx: &Retrying, vr: &VolumeReplication, volume: &Volume) -> Result<
         conditions = destination(ctx, vr, volume, conditions, &mut body).await;
         Action::requeue(volume.info_interval)
     } else {
+        // From the first demotion pass on (upstream's from the next one): a volume just made
+        // secondary does not say it replicates. [differs: demote-replicating]
         body["lastSyncTime"] = serde_json::Value::Null;
         conditions.retain(|c| c.type_ != "Replicating");
         if first_secondary {
@@ -406,13 +409,16 @@ async fn info(
         }
         // Nothing to report (yet), or the driver does not say.
         Err(s) if matches!(s.code(), tonic::Code::NotFound | tonic::Code::Unimplemented) => conditions,
+        // Replicating Unknown, and the pass goes on (upstream's ends there, retried with backoff).
+        // [differs: replication-info-error]
         Err(s) => set_condition(&conditions, decide::replicating(subject, "UNKNOWN", &rep::go_error(&s), generation)),
     }
 }
 
 /// `GetReplicationDestinationInfo` into destinationVolumeID, where the leader offers it, until it
 /// is known (as upstream, a known destination is not asked for again). A group's destination is
-/// its content's (`volume_group_replication_content`).
+/// its content's (`volume_group_replication_content`). A failure is recorded with the rest of the
+/// pass's results (upstream discards the pass). [differs: destination-info-error]
 async fn destination(
     ctx: &Core,
     vr: &VolumeReplication,
@@ -445,6 +451,7 @@ async fn destination(
             _ => rep::Destination::Failed("replication destination volume ID is empty".into()),
         },
         // Upstream's v0.14.0 sidecar answers so: the feature is missing, nothing to retry.
+        // [differs: destination-info-unimplemented]
         Err(s) if s.code() == tonic::Code::Unimplemented => rep::Destination::NotSupported,
         Err(s) => rep::Destination::Failed(s.message().to_owned()),
     };
@@ -466,7 +473,8 @@ fn record(ctx: &Core, desired: ReplicationState, result: &str, started: k8s_open
 
 /// A Problem into the status, as upstream's failures: the state kept (Unknown if none), the
 /// message, the failure conditions of what the spec asks for, this generation; a Warning event
-/// when the message is new.
+/// when the message is new. Upstream writes nothing for a failure before any call.
+/// [differs: failure-before-call]
 async fn fail(ctx: &Retrying, vr: &VolumeReplication, problem: Problem) -> Result<Action, kube::Error> {
     let previous = vr.status.clone().unwrap_or_default();
     let generation = vr.metadata.generation;

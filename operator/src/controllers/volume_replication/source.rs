@@ -100,6 +100,8 @@ pub async fn fetch(ctx: &Core, vr: &VolumeReplication, driver: &str) -> Result<(
                 .await
                 .map_err(|e| SourceError::ReadPvc { pvc: full.clone(), source: Box::new(e) })?
                 .ok_or_else(|| SourceError::NoPvc(full.clone()))?;
+            // As upstream: a terminating PVC is not taken on; one replicated already (the
+            // finalizer) stays until its VolumeReplication goes.
             if pvc.metadata.deletion_timestamp.is_some() && !pvc.finalizers().iter().any(|f| f == PVC_FINALIZER) {
                 return Err(SourceError::Terminating(full));
             }
