@@ -4,7 +4,7 @@
 //!
 //! Unlike upstream, retries wait for real (the standard backoff: 5 s doubling, at most 5 min) and
 //! count attempts, not reconcile passes, so a job survives causes that last seconds (upstream's
-//! spends all its retries within a second).
+//! spends all its retries within a second). [differs: job-retries]
 use std::time::Duration;
 
 use super::side::{ChosenSide, ReclaimSide, SideSource};
@@ -190,6 +190,7 @@ impl NoReclaimCall {
 /// than report success for the node side alone. A driver without online reclaim anywhere reclaims
 /// on the controller side, and one without offline reclaim on the node side (upstream requires the
 /// controller side). `Err` says what is missing; `leader_why` is why no leader was found, if not.
+/// [differs: reclaim-one-side]
 ///
 /// A side the user chose (`side`) is the only call: `node` needs the volume attached, and a side the
 /// driver is known not to offer fails rather than reclaim on the other.
@@ -280,7 +281,8 @@ fn both_sides(
 }
 
 /// Bytes reclaimed: the sum over the calls that reported both usages of pre − post (never
-/// negative; upstream computes post − pre, a negative number for space freed). `None` when no call reported usage.
+/// negative; upstream floors post − pre at 0, so space freed reads 0). `None` when no call
+/// reported usage. [differs: reclaimed-space]
 pub fn reclaimed_bytes(usages: &[(Option<i64>, Option<i64>)]) -> Option<i64> {
     let reported: Vec<i64> =
         usages.iter().filter_map(|(pre, post)| Some(pre.as_ref()?.saturating_sub(*post.as_ref()?).max(0))).collect();

@@ -197,7 +197,7 @@ impl JobKind for EncryptionKeyRotationJob {
         let answer = ctx.metrics.timed_rpc("EncryptionKeyRotation/EncryptionKeyRotate", rotate).await;
         match answer {
             Ok(_) => Ok(Done::default()),
-            // Upstream counts this as success: nothing was rotated.
+            // Upstream counts this as success: nothing was rotated. [differs: key-rotation-unimplemented]
             Err(status) if status.code() == tonic::Code::Unimplemented => Err(AttemptError::RotationUnimplemented {
                 driver: volume.driver.clone(),
                 message: status.message().to_owned(),

@@ -2,7 +2,7 @@
 //! the PVC's, its Namespace's or its StorageClass's annotations, in either precedence mode.
 //! fetch (PVC, Namespace, StorageClass and the PV's driver from trimmed caches; the children) → decide
 //! (`decide::desired`, `decide::plan_children`, pure) → act (create, update, delete) → events.
-//! Unlike upstream: Namespace changes apply at once (no restart), a PVC that binds after being
+//! Unlike upstream: Namespace changes apply at once (no restart; [differs: namespace-live]), a PVC that binds after being
 //! annotated is picked up when it binds (upstream's misses it), the Namespace `…/drivers`
 //! annotation is compared with the driver's name (upstream's with the annotation key), and a live
 //! `schedule-precedence` change re-evaluates every PVC.
