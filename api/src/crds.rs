@@ -154,9 +154,10 @@ pub fn add_condition_rules(value: &mut Value) {
 pub fn add_label_selector_rules(value: &mut Value) {
     match value {
         Value::Object(map) => {
-            let is_selector = map.get("properties").and_then(Value::as_object).is_some_and(|p| {
-                p.len() == 2 && p.contains_key("matchExpressions") && p.contains_key("matchLabels")
-            });
+            let is_selector = map
+                .get("properties")
+                .and_then(Value::as_object)
+                .is_some_and(|p| p.len() == 2 && p.contains_key("matchExpressions") && p.contains_key("matchLabels"));
             let expressions = map.get_mut("properties").and_then(|p| p.get_mut("matchExpressions"));
             if is_selector && let Some(expressions) = expressions.filter(|e| e.is_object()) {
                 expressions["x-kubernetes-list-type"] = json!("atomic");
@@ -174,7 +175,8 @@ pub fn add_label_selector_rules(value: &mut Value) {
 /// A condition's reason: CamelCase, as the API requires.
 pub const CONDITION_REASON_PATTERN: &str = "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$";
 /// A condition's type: CamelCase, optionally under a DNS-subdomain prefix (`example.com/Ready`).
-pub const CONDITION_TYPE_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$";
+pub const CONDITION_TYPE_PATTERN: &str =
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$";
 
 #[cfg(test)]
 mod tests {

@@ -78,7 +78,6 @@ const INTENDED: &[(&str, &str, &str)] = &[
     ("VolumeGroupReplicationContent", ".status.persistentVolumeRefList[].name", "as above"),
 ];
 
-
 fn upstream_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("UPSTREAM_CRDS") {
         return PathBuf::from(dir);

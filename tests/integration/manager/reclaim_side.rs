@@ -129,7 +129,9 @@ async fn a_side_that_cannot_be_served_fails_the_job_saying_why() {
     assert_eq!((&status["result"], &status["retries"]), (&json!("Failed"), &json!(0)), "{status}");
     let message = status["message"].as_str().unwrap();
     assert!(
-        message.contains("reclaim side is node") && message.contains(driver.as_str()) && message.contains("NodeReclaimSpace"),
+        message.contains("reclaim side is node")
+            && message.contains(driver.as_str())
+            && message.contains("NodeReclaimSpace"),
         "{message}"
     );
     assert_eq!(job(&stage, "both-unimplemented", "attached", None).await["result"], "Succeeded");

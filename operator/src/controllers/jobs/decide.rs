@@ -401,8 +401,13 @@ mod tests {
     #[test]
     fn a_chosen_side_is_the_only_call_and_one_the_driver_lacks_fails_the_job() {
         use ReclaimCall::*;
-        let everything =
-            ReclaimSides { node_online: true, driver_online: true, driver_offline: true, leader_offline: true, known: true };
+        let everything = ReclaimSides {
+            node_online: true,
+            driver_online: true,
+            driver_offline: true,
+            leader_offline: true,
+            known: true,
+        };
         let chosen = |side| ChosenSide { side, from: SideSource::Pvc };
         let plan = |attached_to, sides, side| reclaim_plan(("d", "pv-1"), attached_to, sides, "why", chosen(side));
         assert_eq!(plan(Some("n1"), everything, ReclaimSide::Node), Ok(vec![Node("n1".into())]));
@@ -424,7 +429,10 @@ mod tests {
         let lacking = plan(Some("n1"), controller_only, ReclaimSide::Node).unwrap_err();
         assert!(lacking.permanent());
         let message = lacking.to_string();
-        assert!(message.contains("side is node") && message.contains("driver d offers reclaim_space.ONLINE"), "{message}");
+        assert!(
+            message.contains("side is node") && message.contains("driver d offers reclaim_space.ONLINE"),
+            "{message}"
+        );
         let node_only = ReclaimSides { driver_offline: false, leader_offline: false, ..everything };
         let lacking = plan(Some("n1"), node_only, ReclaimSide::Controller).unwrap_err();
         assert!(lacking.permanent() && lacking.to_string().contains("reclaim_space.OFFLINE"), "{lacking}");

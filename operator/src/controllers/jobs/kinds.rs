@@ -9,8 +9,8 @@ use api::proto::internal::encryption_key_rotation_client::EncryptionKeyRotationC
 use api::proto::internal::reclaim_space_client::ReclaimSpaceClient;
 use api::proto::internal::{EncryptionKeyRotateRequest, ReclaimSpaceRequest};
 
-pub use super::decide::{RECLAIM_OFFLINE, RECLAIM_ONLINE};
 use super::decide::{Limits, ReclaimCall, ReclaimSides, reclaim_plan, reclaimed_bytes};
+pub use super::decide::{RECLAIM_OFFLINE, RECLAIM_ONLINE};
 use super::side::{ChosenSide, RECLAIM_SIDE_ANNOTATION, chosen_side};
 use super::{AttemptError, Done, JobContext, JobKind, Volume};
 use crate::core::slim::Slimmable;

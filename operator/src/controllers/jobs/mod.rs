@@ -502,7 +502,8 @@ async fn volume<K: JobKind>(ctx: &JobContext, job: &K) -> Result<Volume, Attempt
         let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
         let reclaim_side = pvc.metadata.annotations.and_then(|mut a| a.remove(RECLAIM_SIDE_ANNOTATION));
         let spec = pvc.spec.unwrap_or_default();
-        let pv = spec.volume_name.filter(|v| bound && !v.is_empty()).ok_or_else(|| AttemptError::NotBound(pvc_name()))?;
+        let pv =
+            spec.volume_name.filter(|v| bound && !v.is_empty()).ok_or_else(|| AttemptError::NotBound(pvc_name()))?;
         BoundClaim { pv, storage_class: spec.storage_class_name, reclaim_side }
     };
     let BoundClaim { pv: pv_name, storage_class, reclaim_side: pvc_reclaim_side } = claim;

@@ -165,8 +165,7 @@ pub struct ClassWatch {
 }
 
 pub fn watch_classes(ctx: &Core) -> ClassWatch {
-    let (store, ready, events) =
-        crate::core::watch::cached_watch(Api::<StorageClass>::all(ctx.client.clone()), |_| {});
+    let (store, ready, events) = crate::core::watch::cached_watch(Api::<StorageClass>::all(ctx.client.clone()), |_| {});
     ClassWatch { store, ready, events: events.boxed() }
 }
 
