@@ -2,7 +2,7 @@
 //! `config/crd/bases/` by the `crdgen` binary.
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::{csiaddons, driver, replication};
 
@@ -45,19 +45,27 @@ pub fn to_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_yaml::Err
     Ok(format!("---\n{}", serde_yaml::to_string(&value)?))
 }
 
-fn integral_bounds(value: &mut Value) {
+/// Calls `visit` on every object in `value`, each before the objects inside it: the one walk
+/// every rewrite of a schema here makes.
+pub fn for_each_object(value: &mut Value, visit: &mut impl FnMut(&mut Map<String, Value>)) {
     match value {
         Value::Object(map) => {
-            for bound in ["minimum", "maximum"] {
-                if let Some(n) = map.get(bound).and_then(Value::as_f64).filter(|n| n.fract() == 0.0) {
-                    map.insert(bound.to_owned(), Value::from(n as i64));
-                }
-            }
-            map.values_mut().for_each(integral_bounds);
+            visit(map);
+            map.values_mut().for_each(|child| for_each_object(child, visit));
         }
-        Value::Array(items) => items.iter_mut().for_each(integral_bounds),
+        Value::Array(items) => items.iter_mut().for_each(|item| for_each_object(item, visit)),
         _ => {}
     }
+}
+
+fn integral_bounds(value: &mut Value) {
+    for_each_object(value, &mut |map| {
+        for bound in ["minimum", "maximum"] {
+            if let Some(n) = map.get(bound).and_then(Value::as_f64).filter(|n| n.fract() == 0.0) {
+                map.insert(bound.to_owned(), Value::from(n as i64));
+            }
+        }
+    });
 }
 
 /// Brings the derived CRD in line with what kubebuilder writes for upstream's types.
@@ -89,28 +97,19 @@ fn finish(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
 ///   enum's values). Upstream's CRDs have no nullable fields, so a `null` sent by a client is
 ///   pruned rather than stored; keep that.
 fn tidy_schema(value: &mut Value) {
-    match value {
-        Value::Object(map) => {
-            map.remove("nullable");
-            if let Some(Value::Array(values)) = map.get_mut("enum") {
-                values.retain(|v| !v.is_null());
-            }
-            map.values_mut().for_each(tidy_schema);
+    for_each_object(value, &mut |map| {
+        map.remove("nullable");
+        if let Some(Value::Array(values)) = map.get_mut("enum") {
+            values.retain(|v| !v.is_null());
         }
-        Value::Array(items) => items.iter_mut().for_each(tidy_schema),
-        _ => {}
-    }
+    });
 }
 
 /// The fields of a `metav1.Condition`, all required but `observedGeneration`.
 const CONDITION_FIELDS: [&str; 6] = ["lastTransitionTime", "message", "observedGeneration", "reason", "status", "type"];
 
 /// Whether `schema` is that of a `metav1.Condition`: an object with exactly its fields.
-pub fn is_condition(schema: &Value) -> bool {
-    schema.as_object().is_some_and(is_condition_object)
-}
-
-fn is_condition_object(schema: &serde_json::Map<String, Value>) -> bool {
+pub fn is_condition(schema: &Map<String, Value>) -> bool {
     let Some(properties) = schema.get("properties").and_then(Value::as_object) else { return false };
     let required: Vec<&str> =
         schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
@@ -123,53 +122,43 @@ fn is_condition_object(schema: &serde_json::Map<String, Value>) -> bool {
 /// type, which upstream's CRDs carry; k8s-openapi's schema of the type has none), added to every
 /// condition in `value`. Without it our CRDs would store conditions upstream's refuse: a status
 /// other than True, False or Unknown, an empty reason, a message past 32 KiB.
-pub fn add_condition_rules(value: &mut Value) {
-    match value {
-        Value::Object(map) => {
-            if is_condition_object(map)
-                && let Some(Value::Object(fields)) = map.get_mut("properties")
-            {
-                let rules = [
-                    ("message", json!({"maxLength": 32768})),
-                    ("observedGeneration", json!({"minimum": 0})),
-                    ("reason", json!({"maxLength": 1024, "minLength": 1, "pattern": CONDITION_REASON_PATTERN})),
-                    ("status", json!({"enum": ["True", "False", "Unknown"]})),
-                    ("type", json!({"maxLength": 316, "pattern": CONDITION_TYPE_PATTERN})),
-                ];
-                for (field, rule) in rules {
-                    if let (Some(Value::Object(schema)), Value::Object(rule)) = (fields.get_mut(field), rule) {
-                        schema.extend(rule);
-                    }
-                }
-            }
-            map.values_mut().for_each(add_condition_rules);
+fn add_condition_rules(value: &mut Value) {
+    for_each_object(value, &mut |map| {
+        if !is_condition(map) {
+            return;
         }
-        Value::Array(items) => items.iter_mut().for_each(add_condition_rules),
-        _ => {}
-    }
+        let Some(Value::Object(fields)) = map.get_mut("properties") else { return };
+        let rules = [
+            ("message", json!({"maxLength": 32768})),
+            ("observedGeneration", json!({"minimum": 0})),
+            ("reason", json!({"maxLength": 1024, "minLength": 1, "pattern": CONDITION_REASON_PATTERN})),
+            ("status", json!({"enum": ["True", "False", "Unknown"]})),
+            ("type", json!({"maxLength": 316, "pattern": CONDITION_TYPE_PATTERN})),
+        ];
+        for (field, rule) in rules {
+            if let (Some(Value::Object(schema)), Value::Object(rule)) = (fields.get_mut(field), rule) {
+                schema.extend(rule);
+            }
+        }
+    });
 }
 
 /// A `metav1.LabelSelector`'s lists as the Kubernetes API types mark them (atomic: replaced whole
 /// by a merge, never merged item by item), which k8s-openapi's schema of the type leaves out.
-pub fn add_label_selector_rules(value: &mut Value) {
-    match value {
-        Value::Object(map) => {
-            let is_selector = map
-                .get("properties")
-                .and_then(Value::as_object)
-                .is_some_and(|p| p.len() == 2 && p.contains_key("matchExpressions") && p.contains_key("matchLabels"));
-            let expressions = map.get_mut("properties").and_then(|p| p.get_mut("matchExpressions"));
-            if is_selector && let Some(expressions) = expressions.filter(|e| e.is_object()) {
-                expressions["x-kubernetes-list-type"] = json!("atomic");
-                if let Some(values) = expressions.pointer_mut("/items/properties/values").filter(|v| v.is_object()) {
-                    values["x-kubernetes-list-type"] = json!("atomic");
-                }
+fn add_label_selector_rules(value: &mut Value) {
+    for_each_object(value, &mut |map| {
+        let is_selector = map
+            .get("properties")
+            .and_then(Value::as_object)
+            .is_some_and(|p| p.len() == 2 && p.contains_key("matchExpressions") && p.contains_key("matchLabels"));
+        let expressions = map.get_mut("properties").and_then(|p| p.get_mut("matchExpressions"));
+        if is_selector && let Some(expressions) = expressions.filter(|e| e.is_object()) {
+            expressions["x-kubernetes-list-type"] = json!("atomic");
+            if let Some(values) = expressions.pointer_mut("/items/properties/values").filter(|v| v.is_object()) {
+                values["x-kubernetes-list-type"] = json!("atomic");
             }
-            map.values_mut().for_each(add_label_selector_rules);
         }
-        Value::Array(items) => items.iter_mut().for_each(add_label_selector_rules),
-        _ => {}
-    }
+    });
 }
 
 /// A condition's reason: CamelCase, as the API requires.
@@ -228,7 +217,7 @@ mod tests {
     #[test]
     fn every_condition_is_validated_as_the_api_validates_one() {
         fn conditions<'a>(value: &'a Value, out: &mut Vec<&'a Value>) {
-            if is_condition(value) {
+            if value.as_object().is_some_and(is_condition) {
                 out.push(value);
             }
             match value {

@@ -51,20 +51,15 @@ fn walk(schema: &Value, path: &str, required: bool, out: &mut BTreeMap<String, N
 /// condition holds another value, and a schema that now lists the three narrows nothing stored,
 /// while one that lists fewer does.
 fn as_stored(schema: &Value) -> Value {
-    fn visit(value: &mut Value) {
-        if api::crds::is_condition(value)
-            && let Some(status) = value.pointer_mut("/properties/status").and_then(Value::as_object_mut)
+    let mut schema = schema.clone();
+    api::crds::for_each_object(&mut schema, &mut |map| {
+        let condition = api::crds::is_condition(map);
+        if let Some(status) = map.get_mut("properties").and_then(|p| p.get_mut("status")).and_then(Value::as_object_mut)
+            && condition
         {
             status.entry("enum").or_insert_with(|| serde_json::json!(["True", "False", "Unknown"]));
         }
-        match value {
-            Value::Object(map) => map.values_mut().for_each(visit),
-            Value::Array(items) => items.iter_mut().for_each(visit),
-            _ => {}
-        }
-    }
-    let mut schema = schema.clone();
-    visit(&mut schema);
+    });
     schema
 }
 

@@ -130,7 +130,7 @@ pub struct ReclaimSides {
     pub leader_offline: bool,
     /// What the driver offers is known: this manager has settled every CSIAddonsNode of the
     /// driver (`Roster::settled`), and holds at least one. Until then a side it lacks may be a
-    /// sidecar not connected yet.
+    /// sidecar not connected yet. Only a chosen side reads it (false otherwise).
     pub known: bool,
 }
 

@@ -89,7 +89,9 @@ impl JobKind for ReclaimSpaceJob {
             driver_online: ctx.pool.offers(&volume.driver, RECLAIM_ONLINE),
             driver_offline: ctx.pool.offers(&volume.driver, RECLAIM_OFFLINE),
             leader_offline: leader.is_some(),
-            known: ctx.state.caches.roster.settled(&ctx.pool, &volume.driver)
+            // Read only for a chosen side: it walks the driver's CSIAddonsNodes.
+            known: side.is_explicit()
+                && ctx.state.caches.roster.settled(&ctx.pool, &volume.driver)
                 && !ctx.pool.namespaces_of(&volume.driver).is_empty(),
         };
         let plan = reclaim_plan((&volume.driver, &volume.pv), volume.attached_to.as_deref(), sides, &leader_why, side)?;

@@ -261,12 +261,10 @@ pub async fn run<K: JobKind>(
     let (store, ready, events) = crate::core::watch::slim_watch(core.watched::<K>(), |job: &mut K| {
         let meta = job.meta_mut();
         (meta.labels, meta.owner_references) = (None, None);
-        if let Some(annotations) = meta.annotations.as_mut() {
+        meta.annotations = meta.annotations.take().and_then(|mut annotations| {
             annotations.retain(|key, _| K::KEPT_ANNOTATIONS.contains(&key.as_str()));
-        }
-        if meta.annotations.as_ref().is_some_and(std::collections::BTreeMap::is_empty) {
-            meta.annotations = None;
-        }
+            (!annotations.is_empty()).then_some(annotations)
+        });
         job.keep_only_outcome();
     });
     let changes = crate::core::watch::changed_objects(events, store.clone());

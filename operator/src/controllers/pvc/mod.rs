@@ -2,10 +2,10 @@
 //! the PVC's, its Namespace's or its StorageClass's annotations, in either precedence mode.
 //! fetch (PVC, Namespace, StorageClass and the PV's driver from trimmed caches; the children) → decide
 //! (`decide::desired`, `decide::plan_children`, pure) → act (create, update, delete) → events.
-//! Unlike upstream: Namespace changes apply at once (no restart; [differs: namespace-live]), a PVC that binds after being
+//! Unlike upstream: Namespace changes apply at once (no restart), a PVC that binds after being
 //! annotated is picked up when it binds (upstream's misses it), the Namespace `…/drivers`
 //! annotation is compared with the driver's name (upstream's with the annotation key), and a live
-//! `schedule-precedence` change re-evaluates every PVC.
+//! `schedule-precedence` change re-evaluates every PVC. [differs: namespace-live]
 pub mod decide;
 
 use std::collections::BTreeMap;
@@ -170,8 +170,8 @@ pub fn watch_classes(ctx: &Core) -> ClassWatch {
 }
 
 /// `claims`: the PVC watch, the StorageClass watch and the PV drivers index this controller keeps
-/// (from `watch_claims`, `watch_classes` and `PvDrivers::default`); `owner_events`: PVCs whose cron jobs changed or went (from the cron
-/// controllers' watches); `connected`: drivers one of whose sidecars was just pooled (the node
+/// (from `watch_claims`, `watch_classes` and `PvDrivers::default`); `owner_events`: PVCs whose
+/// cron jobs changed or went (from the cron controllers' watches); `connected`: drivers one of whose sidecars was just pooled (the node
 /// controller's news).
 pub async fn run(
     ctx: Arc<Core>,
