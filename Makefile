@@ -259,9 +259,10 @@ HELM_NAMESPACE ?= csi-addons-system
 helm-template: ## Render the Helm chart (helm built once from the Go module proxy)
 	@"$$(hack/helm.sh)" template csi-addons charts/csi-addons --namespace $(HELM_NAMESPACE) --include-crds
 
-manifests: ## Regenerate config/crd/bases (and the Helm chart's copy) from the Rust types
+manifests: ## Regenerate config/crd/bases from the Rust types, then every file that carries the CRDs: the Helm chart's copy and the release YAMLs (make deploy-yamls)
 	$(CARGO) run -q --locked -p api --bin crdgen -- --dir config/crd/bases
 	cp config/crd/bases/*.yaml charts/csi-addons/crds/
+	@$(MAKE) --no-print-directory deploy-yamls
 
 check-manifests: ## Fail if config/crd/bases differs from what the Rust types generate
 	$(CARGO) run -q --locked -p api --bin crdgen -- --dir config/crd/bases --check
