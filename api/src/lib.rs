@@ -12,3 +12,4 @@ pub mod names;
 pub mod proto;
 pub mod redact;
 pub mod replication;
+pub mod schema;

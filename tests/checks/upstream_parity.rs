@@ -1,82 +1,57 @@
 //! Our CRDs against upstream's, field by field: names, scope, printer columns, and for every schema
 //! path its type, format, default, enum, bounds, pattern, required-ness, map/list type and CEL rules.
 //! Upstream's generated CRDs come from the Go module proxy (hack/upstream-crds.sh); every deliberate
-//! difference is listed below with its reason, and a listed difference that disappears fails too.
+//! difference is listed below with the entry of docs/upstream.md that gives its reason, and a listed
+//! difference that disappears fails too.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
 
-/// (kind, schema path) whose description differs on purpose, and why.
+/// (kind, schema path, entry): a path whose description differs on purpose, with the id of the
+/// docs/upstream.md entry that says how and why (`<a id="differs-<entry>">`). The test fails on a
+/// difference not listed here, on a listed one that is gone, and on an entry the page lacks, so no
+/// schema difference is kept without the page telling users.
 const INTENDED: &[(&str, &str, &str)] = &[
-    (
-        "ReclaimSpaceCronJob",
-        ".spec.jobTemplate.metadata.annotations",
-        "template metadata keeps annotations (upstream prunes them)",
-    ),
-    (
-        "ReclaimSpaceCronJob",
-        ".spec.jobTemplate.metadata.labels",
-        "template metadata keeps labels (upstream prunes them)",
-    ),
-    ("EncryptionKeyRotationCronJob", ".spec.jobTemplate.metadata.annotations", "as above"),
-    ("EncryptionKeyRotationCronJob", ".spec.jobTemplate.metadata.labels", "as above"),
-    (
-        "ReclaimSpaceJob",
-        ".spec.target.persistentVolumeClaim",
-        "required and non-empty: a job without a PVC is rejected at admission",
-    ),
-    ("EncryptionKeyRotationJob", ".spec.target.persistentVolumeClaim", "as above"),
-    ("ReclaimSpaceCronJob", ".spec.jobTemplate.spec.target.persistentVolumeClaim", "as above"),
-    ("EncryptionKeyRotationCronJob", ".spec.jobTemplate.spec.target.persistentVolumeClaim", "as above"),
-    ("ReclaimSpaceJob", ".status.result", "enum Succeeded/Failed"),
-    ("EncryptionKeyRotationJob", ".status.result", "enum Succeeded/Failed"),
-    ("NetworkFence", ".status.result", "enum Succeeded/Failed"),
-    ("VolumeReplication", ".status.state", "enum Primary/Secondary/Unknown"),
-    ("VolumeGroupReplication", ".status.state", "enum Primary/Secondary/Unknown"),
-    // Upstream marks these required *and* defaulted; the API server defaults before it validates,
-    // so both behave the same. Ours keep a serde default so decoding never fails on them.
-    ("CSIAddonsNode", ".status.retries", "failed connection attempts as a number (upstream: text in status.reason)"),
-    (
-        "VolumeGroupReplicationContent",
-        ".status.conditions",
-        "Ready with the driver's error (upstream: in its log only, kubernetes-csi-addons#1076)",
-    ),
-    ("VolumeGroupReplicationContent", ".status.conditions[]", "as above"),
-    ("VolumeGroupReplicationContent", ".status.conditions[].lastTransitionTime", "as above"),
-    ("VolumeGroupReplicationContent", ".status.conditions[].message", "as above"),
-    ("VolumeGroupReplicationContent", ".status.conditions[].observedGeneration", "as above"),
-    ("VolumeGroupReplicationContent", ".status.conditions[].reason", "as above"),
-    ("VolumeGroupReplicationContent", ".status.conditions[].status", "as above"),
-    ("VolumeGroupReplicationContent", ".status.conditions[].type", "as above"),
-    ("NetworkFence", ".spec.fenceState", "defaulted to Fenced; not listed as required"),
-    ("VolumeReplication", ".spec.autoResync", "defaulted to false; not listed as required"),
-    ("VolumeGroupReplication", ".spec.autoResync", "defaulted to false; not listed as required"),
-    ("NetworkFence", ".spec.secret", "name and namespace come together (upstream: either alone)"),
-    ("NetworkFenceClass", ".spec", "spec required: a class without a provisioner is useless"),
-    ("VolumeGroupReplicationClass", ".spec", "spec required, as above"),
-    ("VolumeGroupReplication", ".spec", "spec required: its fields are required"),
-    ("VolumeGroupReplicationContent", ".spec", "spec required: its fields are required"),
-    (
-        "VolumeGroupReplication",
-        ".spec.external",
-        "message says \"external is immutable\" (upstream: \"source is immutable\")",
-    ),
-    (
-        "VolumeGroupReplicationContent",
-        ".spec.volumeGroupReplicationRef",
-        "the rule sits on the optional field, so it needs no null check",
-    ),
-    (
-        "VolumeGroupReplication",
-        ".status.persistentVolumeClaimsRefList[]",
-        "k8s-openapi's LocalObjectReference (status, written by us)",
-    ),
-    ("VolumeGroupReplication", ".status.persistentVolumeClaimsRefList[].name", "as above"),
-    ("VolumeGroupReplicationContent", ".status.persistentVolumeRefList[]", "as above"),
-    ("VolumeGroupReplicationContent", ".status.persistentVolumeRefList[].name", "as above"),
+    ("ReclaimSpaceCronJob", ".spec.jobTemplate.metadata.annotations", "template-metadata"),
+    ("ReclaimSpaceCronJob", ".spec.jobTemplate.metadata.labels", "template-metadata"),
+    ("EncryptionKeyRotationCronJob", ".spec.jobTemplate.metadata.annotations", "template-metadata"),
+    ("EncryptionKeyRotationCronJob", ".spec.jobTemplate.metadata.labels", "template-metadata"),
+    ("ReclaimSpaceJob", ".spec.target.persistentVolumeClaim", "pvc-target-required"),
+    ("EncryptionKeyRotationJob", ".spec.target.persistentVolumeClaim", "pvc-target-required"),
+    ("ReclaimSpaceCronJob", ".spec.jobTemplate.spec.target.persistentVolumeClaim", "pvc-target-required"),
+    ("EncryptionKeyRotationCronJob", ".spec.jobTemplate.spec.target.persistentVolumeClaim", "pvc-target-required"),
+    ("ReclaimSpaceJob", ".status.result", "status-enums"),
+    ("EncryptionKeyRotationJob", ".status.result", "status-enums"),
+    ("NetworkFence", ".status.result", "status-enums"),
+    ("VolumeReplication", ".status.state", "status-enums"),
+    ("VolumeGroupReplication", ".status.state", "status-enums"),
+    ("CSIAddonsNode", ".status.retries", "node-retries"),
+    ("VolumeGroupReplicationContent", ".status.conditions", "group-content-errors"),
+    ("VolumeGroupReplicationContent", ".status.conditions[]", "group-content-errors"),
+    ("VolumeGroupReplicationContent", ".status.conditions[].lastTransitionTime", "group-content-errors"),
+    ("VolumeGroupReplicationContent", ".status.conditions[].message", "group-content-errors"),
+    ("VolumeGroupReplicationContent", ".status.conditions[].observedGeneration", "group-content-errors"),
+    ("VolumeGroupReplicationContent", ".status.conditions[].reason", "group-content-errors"),
+    ("VolumeGroupReplicationContent", ".status.conditions[].status", "group-content-errors"),
+    ("VolumeGroupReplicationContent", ".status.conditions[].type", "group-content-errors"),
+    ("NetworkFence", ".spec.secret", "fence-secret-pair"),
+    ("NetworkFenceClass", ".spec", "spec-required"),
+    ("VolumeGroupReplicationClass", ".spec", "spec-required"),
+    ("VolumeGroupReplication", ".spec", "spec-required"),
+    ("VolumeGroupReplicationContent", ".spec", "spec-required"),
+    ("VolumeGroupReplication", ".spec.external", "external-message"),
 ];
+
+/// The INTENDED entries whose id docs/upstream.md does not give.
+fn entries_missing_from(page: &str) -> Vec<String> {
+    INTENDED
+        .iter()
+        .filter(|(_, _, id)| !page.contains(&format!("<a id=\"differs-{id}\"></a>")))
+        .map(|(kind, path, id)| format!("{kind} {path}: docs/upstream.md has no entry differs-{id}"))
+        .collect()
+}
 
 fn upstream_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("UPSTREAM_CRDS") {
@@ -210,4 +185,16 @@ fn our_crds_match_upstreams_field_by_field_except_the_listed_fixes() {
     let stale: Vec<_> =
         INTENDED.iter().filter(|(k, p, _)| !intended_seen.iter().any(|(sk, sp)| sk == k && sp == p)).collect();
     assert!(stale.is_empty(), "listed as intended differences but now equal to upstream: {stale:?}");
+}
+
+#[test]
+fn every_intended_schema_difference_is_on_the_differences_page() {
+    let page = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/upstream.md")).unwrap();
+    let missing = entries_missing_from(&page);
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+    // The check itself: a page without one of the ids is reported, naming the kind and path.
+    let without = page.replace("<a id=\"differs-status-enums\"></a>", "");
+    let found = entries_missing_from(&without);
+    assert_eq!(found.len(), 5, "{found:?}");
+    assert!(found[0].contains(".status.result: docs/upstream.md has no entry differs-status-enums"), "{found:?}");
 }

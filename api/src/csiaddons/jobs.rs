@@ -71,6 +71,8 @@ pub struct ReclaimSpaceJobSpec {
 }
 
 /// Outcome of a job or a fence operation.
+// The schema lists the two values (upstream's takes any string, though its manager writes only
+// these). [differs: status-enums]
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OperationResult {
     Succeeded,
@@ -89,7 +91,7 @@ pub struct ReclaimSpaceJobStatus {
     pub message: Option<String>,
     /// Space the driver reported as reclaimed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "quantity_schema")]
+    #[schemars(schema_with = "crate::schema::quantity")]
     pub reclaimed_space: Option<Quantity>,
     /// Conditions of the job.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -184,16 +186,6 @@ pub struct JobTemplateMetadata {
     /// Annotations of the created jobs.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
-}
-
-/// A `resource.Quantity` as the Kubernetes API validates one (a number, or a string such as `1Gi`),
-/// as upstream's schema has it; k8s-openapi's schema of the type has no pattern.
-fn quantity_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "anyOf": [{"type": "integer"}, {"type": "string"}],
-        "pattern": r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$",
-        "x-kubernetes-int-or-string": true,
-    })
 }
 
 /// The job a ReclaimSpaceCronJob creates on each run.

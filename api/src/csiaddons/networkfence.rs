@@ -64,6 +64,7 @@ impl SecretReference {
         .message("secret must be present when networkFenceClassName is not specified")
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::AlsoRequired("fenceState"))]
 pub struct NetworkFenceSpec {
     /// The NetworkFenceClass that names the driver, its parameters and secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -105,6 +106,8 @@ pub struct NetworkFenceStatus {
 
 /// A driver and the parameters used to fence through it; referenced by NetworkFences and used to
 /// list fenceable clients into CSIAddonsNode status.
+// The object must have a spec (kube's derive requires it); upstream's schema lets it be left out,
+// and the object then fails only once its controller reads it. [differs: spec-required]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "csiaddons.openshift.io",

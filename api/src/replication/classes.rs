@@ -35,6 +35,8 @@ pub struct VolumeReplicationClassSpec {
 pub struct VolumeReplicationClassStatus {}
 
 /// A driver and the parameters used to replicate groups of volumes through it.
+// The object must have a spec (kube's derive requires it); upstream's schema lets it be left out,
+// and the object then fails only once its controller reads it. [differs: spec-required]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "replication.storage.openshift.io",

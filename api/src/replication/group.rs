@@ -17,6 +17,8 @@ pub struct VolumeGroupReplicationSource {
 }
 
 /// Desired state of a VolumeGroupReplication: replicate a group of PVCs consistently.
+// The object must have a spec (kube's derive requires it); upstream's schema lets it be left out,
+// and the object then fails only once its controller reads it. [differs: spec-required]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "replication.storage.openshift.io",
@@ -35,6 +37,7 @@ pub struct VolumeGroupReplicationSource {
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::AlsoRequired("autoResync"))]
 pub struct VolumeGroupReplicationSpec {
     /// The VolumeGroupReplicationClass that creates the group.
     #[x_kube(validation = Rule::new("self == oldSelf").message("volumeGroupReplicationClassName is immutable"))]
@@ -75,6 +78,7 @@ pub struct VolumeGroupReplicationStatus {
     pub replication: VolumeReplicationStatus,
     /// The PVCs currently in the group.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::local_object_references")]
     pub persistent_volume_claims_ref_list: Vec<LocalObjectReference>,
 }
 
@@ -87,6 +91,8 @@ pub struct VolumeGroupReplicationContentSource {
 }
 
 /// A volume group on the storage side, bound to one VolumeGroupReplication.
+// The object must have a spec (kube's derive requires it); upstream's schema lets it be left out,
+// and the object then fails only once its controller reads it. [differs: spec-required]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "replication.storage.openshift.io",
@@ -106,7 +112,8 @@ pub struct VolumeGroupReplicationContentSpec {
     /// The VolumeGroupReplication this content is bound to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-kubernetes-map-type" = "atomic"))]
-    #[x_kube(validation = Rule::new("has(self.name) && has(self.__namespace__) && has(self.uid)").message(
+    // Upstream's rule as it is written: the field is not nullable, so `self` is never null here.
+    #[x_kube(validation = Rule::new("self != null ? has(self.name) && has(self.__namespace__) && has(self.uid) : true").message(
         "volumeGroupReplicationRef.name, volumeGroupReplicationRef.namespace and volumeGroupReplicationRef.uid must be set if volumeGroupReplicationRef is defined"
     ))]
     pub volume_group_replication_ref: Option<ObjectReference>,
@@ -144,6 +151,7 @@ pub struct PersistentVolumeMapping {
 pub struct VolumeGroupReplicationContentStatus {
     /// The PersistentVolumes in the group. Deprecated: use persistentVolumeMappingList.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::local_object_references")]
     pub persistent_volume_ref_list: Vec<LocalObjectReference>,
     /// The PersistentVolumes in the group with their destination handles.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

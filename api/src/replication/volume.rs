@@ -18,6 +18,7 @@ pub enum ReplicationState {
 }
 
 /// The replication role a volume or group currently has.
+// Listed in the schema, as the job results are. [differs: status-enums]
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ObservedReplicationState {
     Primary,
@@ -45,6 +46,7 @@ pub enum ObservedReplicationState {
     printcolumn = r#"{"name":"currentState","type":"string","jsonPath":".status.state"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::AlsoRequired("autoResync"))]
 pub struct VolumeReplicationSpec {
     /// The VolumeReplicationClass to replicate with.
     #[x_kube(validation = Rule::new("self == oldSelf").message("volumeReplicationClass is immutable"))]

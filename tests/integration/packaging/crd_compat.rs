@@ -16,6 +16,9 @@ use crate::harness::support::{dynamic_api, is_namespaced};
 struct Node {
     kind: String,
     required: bool,
+    /// Has a `default`: the API server fills it in before it validates, and in every stored object
+    /// it reads, so requiring it binds nothing stored.
+    defaulted: bool,
     allowed: Option<Vec<Value>>,
     /// `x-kubernetes-preserve-unknown-fields`: anything under it is accepted.
     open: bool,
@@ -27,6 +30,7 @@ fn walk(schema: &Value, path: &str, required: bool, out: &mut BTreeMap<String, N
         Node {
             kind: schema["type"].as_str().unwrap_or_default().to_owned(),
             required,
+            defaulted: schema.get("default").is_some(),
             allowed: schema["enum"].as_array().cloned(),
             open: schema["x-kubernetes-preserve-unknown-fields"] == Value::Bool(true),
         },
@@ -110,7 +114,7 @@ fn breaking_changes(old: &Value, new: &Value) -> Vec<String> {
             }
         }
         for (path, node) in &is {
-            let newly = node.required && !was.get(path).is_some_and(|n| n.required);
+            let newly = node.required && !node.defaulted && !was.get(path).is_some_and(|n| n.required);
             // A required field inside an object that did not exist before binds no stored object.
             if newly && !path.is_empty() && was.contains_key(parent(path)) {
                 found.push(format!("{kind} {version} {path}: newly required"));
@@ -187,8 +191,15 @@ fn each_kind_of_break_is_found() {
 
     let mut required = old.clone();
     let spec = required.pointer_mut(&format!("{schema}/spec")).unwrap();
+    spec["required"].as_array_mut().unwrap().push("timeout".into());
+    cases.push((".spec.timeout: newly required", required));
+
+    // Requiring a field that has a default binds nothing: the API server defaults it first.
+    let mut defaulted = old.clone();
+    let spec = defaulted.pointer_mut(&format!("{schema}/spec")).unwrap();
+    assert!(spec["properties"]["backOffLimit"].get("default").is_some(), "backOffLimit has a default");
     spec["required"].as_array_mut().unwrap().push("backOffLimit".into());
-    cases.push((".spec.backOffLimit: newly required", required));
+    assert_eq!(breaking_changes(old, &defaulted), Vec::<String>::new(), "a defaulted field made required");
 
     let mut narrowed = old.clone();
     narrowed.pointer_mut(&format!("{schema}/status/properties/result/enum")).unwrap().as_array_mut().unwrap().pop();
