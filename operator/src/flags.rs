@@ -144,8 +144,9 @@ pub struct ManagerCli {
     /// Seconds before a CSIAddonsNode whose sidecar could not be reached is tried again.
     #[arg(long, env = "CSI_ADDONS_NODE_RETRY_DELAY", default_value = "5", value_parser = at_least_one)]
     pub csi_addons_node_retry_delay: u64,
-    /// Hours over which the start times of annotation-made cron jobs are spread; 0 turns the
-    /// stagger off (every run starts at its scheduled time).
+    /// Hours over which the start times of the ReclaimSpace and EncryptionKeyRotation cron jobs are
+    /// spread, each by an offset from its UID; 0 turns the stagger off (every run starts at its
+    /// scheduled time).
     #[arg(long, env = "CRONJOB_STAGGER_WINDOW", default_value = "2", value_parser = whole_number)]
     pub cronjob_stagger_window: u64,
     /// Remove stale volume-health annotations from PVCs.

@@ -62,7 +62,8 @@ pub struct VolumeGroupReplicationSpec {
     /// Resynchronise automatically when the driver reports the secondary as degraded.
     #[serde(default)]
     pub auto_resync: bool,
-    /// The group and its replication are managed outside this operator: only status is tracked.
+    /// The group and its replication are managed outside this operator, which leaves the object
+    /// alone: no content, no VolumeReplication and no status are made for it.
     #[serde(default)]
     // Upstream's message says "source is immutable". [differs: external-message]
     #[x_kube(validation = Rule::new("self == oldSelf").message("external is immutable"))]
