@@ -43,10 +43,20 @@ pub enum TlsError {
     Verifier(#[from] rustls::client::VerifierBuilderError),
 }
 
-/// The crypto provider every configuration here names (not the process default, which panics
-/// when two providers are compiled in).
-fn ring() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+/// The crypto provider every client configuration of the product names, here and in the crates
+/// above (named, not installed as the process default, so no dependency's choice can change it):
+/// aws-lc-rs, which offers the post-quantum hybrid X25519MLKEM768 first, then X25519, P-256 and
+/// P-384, the order Go's TLS offers them in.
+pub fn crypto_provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+/// Installs [`crypto_provider`] as the process's default, for any dependency that asks rustls for
+/// the default rather than naming a provider: each binary's `main` calls it first, so the whole
+/// process speaks one provider's TLS.
+pub fn install_crypto_provider() {
+    // Refused only when a default is installed already, which leaves that one: nothing to do.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 }
 
 /// The client TLS configuration for `config` (no ALPN: the connector sets it). The kubeconfig's
@@ -61,9 +71,9 @@ pub fn client_config(config: &kube::Config, plugin: Option<Arc<PluginIdentity>>)
         verifier_for(roots.iter().map(|der| CertificateDer::from(der.as_slice())).collect())?
     } else {
         // No CA named: the system's trust store, as client-go does.
-        Arc::new(rustls_platform_verifier::Verifier::new(ring())?)
+        Arc::new(rustls_platform_verifier::Verifier::new(crypto_provider())?)
     };
-    let builder = ClientConfig::builder_with_provider(ring())
+    let builder = ClientConfig::builder_with_provider(crypto_provider())
         .with_safe_default_protocol_versions()?
         .dangerous()
         .with_custom_certificate_verifier(verifier);
@@ -98,7 +108,7 @@ impl PluginIdentity {
         }
         let key = PrivateKeyDer::from_pem_slice(key.as_bytes())
             .map_err(|_| TlsError::Pem { what: "the client key", expected: "PRIVATE KEY" })?;
-        let signing_key = ring().key_provider.load_private_key(key)?;
+        let signing_key = crypto_provider().key_provider.load_private_key(key)?;
         let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
         let changed = current.as_ref().is_none_or(|now| now.cert != chain);
         *current = Some(Arc::new(CertifiedKey::new(chain, signing_key)));
@@ -129,7 +139,7 @@ fn verifier_for(roots: Vec<CertificateDer<'_>>) -> Result<Arc<WebPkiServerVerifi
     for root in roots {
         store.add(root)?;
     }
-    Ok(WebPkiServerVerifier::builder_with_provider(Arc::new(store), ring()).build()?)
+    Ok(WebPkiServerVerifier::builder_with_provider(Arc::new(store), crypto_provider()).build()?)
 }
 
 type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
@@ -262,7 +272,7 @@ pub struct AnyServer(rustls::crypto::WebPkiSupportedAlgorithms);
 
 impl AnyServer {
     pub fn new() -> Arc<Self> {
-        Arc::new(AnyServer(ring().signature_verification_algorithms))
+        Arc::new(AnyServer(crypto_provider().signature_verification_algorithms))
     }
 }
 

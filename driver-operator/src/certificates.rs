@@ -254,7 +254,7 @@ mod tests {
         }
         let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
             std::sync::Arc::new(roots),
-            std::sync::Arc::new(rustls::crypto::ring::default_provider()),
+            cluster_client::tls::crypto_provider(),
         )
         .build()
         .unwrap();

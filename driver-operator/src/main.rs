@@ -1,4 +1,5 @@
 fn main() -> anyhow::Result<()> {
+    cluster_client::tls::install_crypto_provider();
     let cli = driver_operator::Cli::parse_args();
     let level = match cli.verbosity {
         0..=3 => tracing_subscriber::filter::LevelFilter::INFO,

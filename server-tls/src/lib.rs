@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use rustls::crypto::{CryptoProvider, SupportedKxGroup, ring};
+use rustls::crypto::aws_lc_rs::{self, kx_group};
+use rustls::crypto::{CryptoProvider, SupportedKxGroup};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -46,7 +47,9 @@ pub enum TlsError {
          --tls-min-version=VersionTLS13"
     )]
     NoTls12Suite { supported: String },
-    #[error("--tls-curve-preferences: {name:?} is not a supported curve; supported: X25519, CurveP256, CurveP384")]
+    #[error(
+        "--tls-curve-preferences: {name:?} is not a supported curve; supported: X25519MLKEM768, SecP256r1MLKEM768, X25519, CurveP256, CurveP384"
+    )]
     Curve { name: String },
     #[error("--tls-curve-preferences leaves no curve this build supports")]
     NoCurve,
@@ -116,7 +119,7 @@ const CBC_SUITES: [&str; 4] = [
 /// The crypto provider `settings` leave. `tls13_only`: TLS 1.2 is off, so a list without a TLS 1.2
 /// suite this build has still leaves a working server.
 fn provider(settings: &TlsSettings, tls13_only: bool) -> Result<CryptoProvider, TlsError> {
-    let mut provider = ring::default_provider();
+    let mut provider = aws_lc_rs::default_provider();
     let listed: Vec<&str> = settings.cipher_suites.iter().map(|s| s.trim()).filter(|s| !s.is_empty()).collect();
     if !settings.cipher_suites.is_empty() {
         // As in Go, the list chooses among TLS 1.2 suites; TLS 1.3 suites are always on.
@@ -156,17 +159,17 @@ fn provider(settings: &TlsSettings, tls13_only: bool) -> Result<CryptoProvider, 
         let mut groups: Vec<&'static dyn SupportedKxGroup> = Vec::new();
         for curve in &settings.curves {
             match curve.trim() {
-                "X25519" => groups.push(ring::kx_group::X25519),
-                "CurveP256" | "P256" | "secp256r1" => groups.push(ring::kx_group::SECP256R1),
-                "CurveP384" | "P384" | "secp384r1" => groups.push(ring::kx_group::SECP384R1),
-                // Post-quantum hybrids need a provider this build does not ship: skip, say so.
-                pq if pq.contains("MLKEM") || pq.contains("Kyber") => {
-                    tracing::warn!(curve = pq, "post-quantum key exchange is not available in this build; skipped");
-                }
-                // A name Go accepts; ring has no P-521. Skipped like the post-quantum names, so a
-                // command line written for upstream's sidecar still starts. [differs: tls-curves]
-                p521 @ ("CurveP521" | "P521" | "secp521r1") => {
-                    tracing::warn!(curve = p521, "P-521 is not available in this build; skipped");
+                // Go's names (`tls.CurveID`'s), and the IANA and OpenSSL ones.
+                "X25519MLKEM768" => groups.push(kx_group::X25519MLKEM768),
+                "SecP256r1MLKEM768" | "SECP256R1MLKEM768" => groups.push(kx_group::SECP256R1MLKEM768),
+                "X25519" => groups.push(kx_group::X25519),
+                "CurveP256" | "P256" | "secp256r1" => groups.push(kx_group::SECP256R1),
+                "CurveP384" | "P384" | "secp384r1" => groups.push(kx_group::SECP384R1),
+                // Names Go accepts for groups rustls lacks (P-521, and the hybrid on P-384): skipped
+                // with a warning, so a command line written for upstream's sidecar still starts.
+                // [differs: tls-curves]
+                absent @ ("CurveP521" | "P521" | "secp521r1" | "SecP384r1MLKEM1024" | "SECP384R1MLKEM1024") => {
+                    tracing::warn!(curve = absent, "this key exchange group is not available in this build; skipped");
                 }
                 other => return Err(TlsError::Curve { name: other.to_owned() }),
             }
@@ -398,10 +401,29 @@ mod tests {
             .is_ok()
         );
         assert!(with(|s| s.curves = vec!["X25519MLKEM768".into(), "CurveP256".into()]).is_ok());
-        assert!(with(|s| s.curves = vec!["X25519MLKEM768".into()]).unwrap_err().contains("no curve"));
         assert!(with(|s| s.curves = vec!["CurveP999".into()]).unwrap_err().contains("CurveP999"));
-        // Go's P-521 name is accepted and skipped; alone it leaves no curve.
+        // Go's names of groups rustls lacks are accepted and skipped; alone they leave no curve.
         assert!(with(|s| s.curves = vec!["CurveP521".into(), "CurveP384".into()]).is_ok());
         assert!(with(|s| s.curves = vec!["CurveP521".into()]).unwrap_err().contains("no curve"));
+        assert!(with(|s| s.curves = vec!["SecP384r1MLKEM1024".into()]).unwrap_err().contains("no curve"));
+    }
+
+    /// The key exchange groups a provider offers, by their IANA names.
+    fn group_names(provider: &CryptoProvider) -> Vec<String> {
+        provider.kx_groups.iter().map(|g| format!("{:?}", g.name())).collect()
+    }
+
+    #[test]
+    fn post_quantum_key_exchange_is_offered_first_as_in_go() {
+        // Go 1.24's default order: X25519MLKEM768, X25519, P-256, P-384 (and P-521, absent here).
+        let default = provider(&settings(), false).unwrap();
+        assert_eq!(group_names(&default), ["X25519MLKEM768", "X25519", "secp256r1", "secp384r1"]);
+        // Upstream's names pick the hybrids, in the order given.
+        let mut named = settings();
+        named.curves = ["SecP256r1MLKEM768", "X25519MLKEM768", "CurveP384"].map(String::from).to_vec();
+        assert_eq!(
+            group_names(&provider(&named, false).unwrap()),
+            ["secp256r1MLKEM768", "X25519MLKEM768", "secp384r1"]
+        );
     }
 }

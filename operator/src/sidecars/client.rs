@@ -104,7 +104,7 @@ pub type SidecarChannel = InterceptedService<Channel, BearerToken>;
 /// A client configuration that verifies servers against the certificates of `pem` (from
 /// `source`, named in errors).
 pub fn verifying_config(pem: &[u8], source: &str) -> Result<rustls::ClientConfig, ClientError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = cluster_client::tls::crypto_provider();
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| ClientError::BadCa(e.to_string()))?;
@@ -255,7 +255,7 @@ impl Security {
                 verifying_config(&pem, path)?
             }
             None => {
-                let provider = Arc::new(rustls::crypto::ring::default_provider());
+                let provider = cluster_client::tls::crypto_provider();
                 let mut config = rustls::ClientConfig::builder_with_provider(provider)
                     .with_safe_default_protocol_versions()
                     .map_err(|e| ClientError::BadCa(e.to_string()))?

@@ -40,7 +40,7 @@ fn verify_serving(bundle: &str, secret: &Secret) {
     }
     let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
         std::sync::Arc::new(roots),
-        std::sync::Arc::new(rustls::crypto::ring::default_provider()),
+        cluster_client::tls::crypto_provider(),
     )
     .build()
     .unwrap();

@@ -171,7 +171,7 @@ pub async fn https_get(port: u16, path: &str, ca_pem: &str, token: Option<&str>)
     for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert.unwrap()).unwrap();
     }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let provider = cluster_client::tls::crypto_provider();
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
