@@ -3,7 +3,7 @@
 # machine can build it, so no libc is mapped beside the binary (about 1.5 MiB of RSS) and musl's
 # compact allocator holds less than glibc's; the host's glibc target otherwise, with a warning.
 # Building for musl needs the target (`rustup target add x86_64-unknown-linux-musl`) and a C
-# compiler for it (`musl-gcc`, Debian's musl-tools) for ring's C and assembly; both are installed
+# compiler for it (`musl-gcc`, Debian's musl-tools) for aws-lc's C and assembly; both are installed
 # here when missing.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

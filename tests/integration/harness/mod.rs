@@ -8,3 +8,4 @@ pub mod sidecar;
 pub mod support;
 pub mod testenv_features;
 pub mod testenv_lifecycle;
+pub mod tls_capture;

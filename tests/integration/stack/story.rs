@@ -20,7 +20,16 @@ pub(super) fn options(dir: &tempfile::TempDir) -> Options {
 /// Starts the stack in `dir` and runs `steps`; a failed step panics with its step, object and log
 /// tail, and leaves `dir` (every component's log) behind.
 pub(super) async fn run(dir: tempfile::TempDir, options: &Options, steps: &[&str]) -> Vec<Outcome> {
-    let stack = Stack::start(options, &|line| eprintln!("e2e: {line}")).await.unwrap();
+    run_on(start(options).await, dir, steps).await
+}
+
+/// Starts the stack `options` describe.
+pub(super) async fn start(options: &Options) -> Stack {
+    Stack::start(options, &|line| eprintln!("e2e: {line}")).await.unwrap()
+}
+
+/// Runs `steps` on `stack`, started in `dir`, as [`run`] does.
+pub(super) async fn run_on(stack: Stack, dir: tempfile::TempDir, steps: &[&str]) -> Vec<Outcome> {
     let outcomes = match story::run_steps(&stack, steps, &mut |o| eprintln!("e2e: {} — {}", o.step, o.effect)).await {
         Ok(outcomes) => outcomes,
         Err(failure) => {
