@@ -226,7 +226,7 @@ fn receive_incoming(socket: &OwnedFd, frame: &mut [u8]) -> Option<usize> {
         )
     };
     let len = usize::try_from(len).ok()?;
-    (from.sll_pkttype != libc::PACKET_OUTGOING as u8).then_some(len.min(frame.len()))
+    (from.sll_pkttype != libc::PACKET_OUTGOING).then_some(len.min(frame.len()))
 }
 
 #[cfg(test)]
