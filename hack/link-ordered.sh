@@ -95,7 +95,7 @@ done | awk -v list="$list" -v stats="$out.code-order" '
     found = 0
     for (name in rank) {
       if ((name in placed) || (unhashed(name) in placed_keys)) found++
-      # C functions (musl, ring) come from archives, whose members are not read here; their
+      # C functions (musl, aws-lc) come from archives, whose members are not read here; their
       # names carry no hash, so LLD is given them as listed.
       else if (name !~ /^_ZN/) print rank[name], name
     }
