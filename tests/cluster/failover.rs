@@ -41,7 +41,21 @@ pub async fn batch_of_jobs_all_end(client: &Client, claim: &str, batch: &str, mi
         (ended.len() == JOBS).then_some(ended)
     })
     .await;
-    let ended = ended.expect("every one of the 200 jobs ends");
+    let Some(ended) = ended else {
+        // Say which jobs are still open and where each stands, so a failure names its cause.
+        let list = jobs.list(&selector).await.map(|l| l.items).unwrap_or_default();
+        let open: Vec<String> = list
+            .iter()
+            .filter(|j| j.data.pointer("/status/result").is_none())
+            .map(|j| format!("{}: {}", j.metadata.name.as_deref().unwrap_or("?"), j.data["status"]))
+            .collect();
+        panic!(
+            "every one of the {JOBS} jobs ends; {} of {} still open, first ones:\n{}",
+            open.len(),
+            list.len(),
+            open[..open.len().min(10)].join("\n")
+        );
+    };
     for job in &ended {
         let status = &job.data["status"];
         match status["result"].as_str() {
