@@ -26,9 +26,13 @@ fn listed_functions_come_first_in_the_listed_order_and_the_program_is_unchanged(
     std::fs::create_dir_all(tree.path().join("build/code-order")).unwrap();
     let linker = tree.path().join("hack/link-ordered.sh");
     std::fs::copy(root().join("hack/link-ordered.sh"), &linker).unwrap();
-    // A Rust function (listed without its hash), an unmangled one, and one the program lacks.
-    std::fs::write(tree.path().join("build/code-order/probe.txt"), "_ZN5probe6second\nfirst\nnot_in_the_program\n")
-        .unwrap();
+    // A Rust function (listed without its hash), an unmangled one, a C-like name the objects lack
+    // (taken to be an archive's: not counted) and a Rust function the program lacks (counted).
+    std::fs::write(
+        tree.path().join("build/code-order/probe.txt"),
+        "_ZN5probe6second\nfirst\nnot_in_the_program\n_ZN5probe4gone17h0123456789abcdefE\n",
+    )
+    .unwrap();
     let source = tree.path().join("probe.rs");
     std::fs::write(
         &source,
@@ -60,6 +64,7 @@ fn listed_functions_come_first_in_the_listed_order_and_the_program_is_unchanged(
         "the listed functions are not first: {:?}",
         &text[..text.len().min(5)]
     );
+    // Counted: second, first and gone; found: second and first.
     let stats = std::fs::read_to_string(tree.path().join("probe-0123456789abcdef.code-order")).unwrap();
     assert_eq!(stats.trim(), "listed 3 found 2");
 }
