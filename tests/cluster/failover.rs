@@ -35,26 +35,24 @@ pub async fn batch_of_jobs_all_end(client: &Client, claim: &str, batch: &str, mi
         }
     }
     let selector = ListParams::default().labels(&format!("batch={batch}"));
+    // The last listing is kept: a batch that does not end says which jobs are open and where each
+    // stands, so a failure names its cause.
+    let mut open = Vec::new();
     let ended = poll::until(5 * poll::MINUTE, async || {
         let list = jobs.list(&selector).await.ok()?.items;
-        let ended: Vec<_> = list.into_iter().filter(|j| j.data.pointer("/status/result").is_some()).collect();
+        let (ended, still): (Vec<_>, Vec<_>) =
+            list.into_iter().partition(|j| j.data.pointer("/status/result").is_some());
+        open = still;
         (ended.len() == JOBS).then_some(ended)
     })
     .await;
     let Some(ended) = ended else {
-        // Say which jobs are still open and where each stands, so a failure names its cause.
-        let list = jobs.list(&selector).await.map(|l| l.items).unwrap_or_default();
-        let open: Vec<String> = list
+        let shown: Vec<String> = open
             .iter()
-            .filter(|j| j.data.pointer("/status/result").is_none())
+            .take(10)
             .map(|j| format!("{}: {}", j.metadata.name.as_deref().unwrap_or("?"), j.data["status"]))
             .collect();
-        panic!(
-            "every one of the {JOBS} jobs ends; {} of {} still open, first ones:\n{}",
-            open.len(),
-            list.len(),
-            open[..open.len().min(10)].join("\n")
-        );
+        panic!("every one of the {JOBS} jobs ends; {} still open, first ones:\n{}", open.len(), shown.join("\n"));
     };
     for job in &ended {
         let status = &job.data["status"];

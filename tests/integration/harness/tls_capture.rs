@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-/// A TLS 1.3 ServerHello with this random is a HelloRetryRequest (RFC 8446 §4.1.3): it names the
-/// group the server wants a share of, and the real ServerHello follows.
+/// A TLS 1.3 ServerHello with this random is a HelloRetryRequest (TLS 1.3 fixes the value): it names
+/// the group the server wants a share of, and the real ServerHello follows.
 const HELLO_RETRY_RANDOM: [u8; 32] = [
     0xcf, 0x21, 0xad, 0x74, 0xe5, 0x9a, 0x61, 0x11, 0xbe, 0x1d, 0x8c, 0x02, 0x1e, 0x65, 0xb8, 0x91, 0xc2, 0xa2, 0x11,
     0x16, 0x7a, 0xbb, 0x8c, 0x5e, 0x07, 0x9e, 0x09, 0xe2, 0xc8, 0xa8, 0x33, 0x9c,
